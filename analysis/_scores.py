@@ -1,0 +1,178 @@
+"""Per-trial scores, including the ones that need the FP32 baseline.
+
+Two figures are relative to FP32 (AMP level ``O0``), which is why the step
+scan runs in two phases: first the O0 trials, whose final losses define the
+fallback target, then everything else with its target known.
+
+* *Target loss*: the workload's ``target_loss`` when it has one; otherwise
+  ``TARGET_FROM_FP32`` x the FP32 final loss for the same workload and seed
+  (loss scale and dtype do not matter for an uncast network). Where that seed
+  has no O0 trial, the median over the workload's O0 seeds is used.
+* *Speed vs FP32*: median step time of the O0 reference trials on the same
+  device kind divided by this trial's median step time (> 1 = faster).
+
+The *FP32 reference* trials are the O0 trials with no clipping and an empty
+black list; when a seed has none of those, any O0 trial of that seed is used,
+so a sweep that only ran clipped O0 still has a baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ._load import load_trials
+from ._steps import aggregate_steps
+
+TARGET_FROM_FP32 = 1.1
+BASELINE_LEVEL = "O0"
+UNSTABLE_OUTCOMES = ("diverged", "failed")
+
+
+@dataclass(frozen=True)
+class Fp32Reference:
+    """What "as good as FP32" means for this sweep, so rules can quote numbers."""
+
+    final_loss: float
+    reached_target: bool
+    n_trials: int
+
+
+def ranked_trials(trials: pd.DataFrame) -> pd.Series:
+    """Which trials count in the ranking.
+
+    A trial marked ``equivalent_to`` another is dropped only when that other
+    trial is committed: otherwise dropping it would lose the configuration
+    altogether on a partial sweep.
+    """
+    committed = set(trials["trial_id"])
+    duplicate = trials["equivalent_to"].notna() & trials["equivalent_to"].isin(
+        committed
+    )
+    return ~duplicate
+
+
+def _reference_mask(trials: pd.DataFrame) -> pd.Series:
+    o0 = (trials["amp_level"] == BASELINE_LEVEL) & trials["ranked"]
+    plain = o0 & trials["clip"].isna() & (trials["black_list"].map(len) == 0)
+    keys = ["workload", "seed"]
+    has_plain = plain.groupby([trials[k] for k in keys], dropna=False).transform("any")
+    return plain | (o0 & ~has_plain)
+
+
+def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
+    """FP32 final loss per trial (same workload and seed), NaN where unknown."""
+    ref = trials["reference"] & np.isfinite(final)
+    completed = ref & (trials["outcome"] == "completed")
+    use = completed if completed.any() else ref
+    refs = trials.loc[use, ["workload", "seed"]].assign(final=final[use])
+    by_seed = refs.groupby(["workload", "seed"], dropna=False)["final"].median()
+    by_workload = refs.groupby("workload", dropna=False)["final"].median()
+    out = []
+    for workload, seed in zip(trials["workload"], trials["seed"]):
+        value = by_seed.get((workload, seed), np.nan)
+        if not np.isfinite(value):
+            value = by_workload.get(workload, np.nan)
+        out.append(value)
+    return pd.Series(out, index=trials.index, dtype="float64")
+
+
+def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Prefer the figure recomputed from steps; fall back to the trainer's own."""
+    return steps["final_loss_steps"].fillna(trials["final_loss"])
+
+
+def trial_scores(
+    sweep_dir: str | Path, trials: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Return the trials table with every per-trial score added.
+
+    Added columns: ``ranked``, ``reference``, ``target``, ``target_source``,
+    ``final`` (final loss), ``first_nonfinite``, ``clip_rate``,
+    ``steps_per_s``, ``speed_vs_fp32``, ``unstable``, plus the raw step
+    aggregates from :func:`analysis.aggregate_steps`. Trials that are not
+    ranked (equivalent duplicates) are not scanned and keep NaN scores.
+    """
+    trials = load_trials(sweep_dir) if trials is None else trials.copy()
+    trials = trials.reset_index(drop=True)
+    trials["ranked"] = ranked_trials(trials)
+    trials["reference"] = _reference_mask(trials)
+
+    is_o0 = (trials["amp_level"] == BASELINE_LEVEL) & trials["ranked"]
+    given = trials["target_loss"]
+    phase1 = {t: g for t, g, o in zip(trials["trial_id"], given, is_o0) if o}
+    steps = aggregate_steps(sweep_dir, phase1)
+    steps = (
+        steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
+    )
+    baseline_final = _baseline_finals(trials, _final_loss(trials, steps))
+
+    derived = TARGET_FROM_FP32 * baseline_final
+    target = given.where(given.notna(), derived)
+    trials["target"] = target
+    trials["target_source"] = np.where(
+        given.notna(),
+        "workload target_loss",
+        np.where(derived.notna(), f"{TARGET_FROM_FP32} x FP32 final loss", "none"),
+    )
+
+    rescan = trials["ranked"] & (~is_o0 | (given.isna() & target.notna()))
+    phase2 = {t: g for t, g, r in zip(trials["trial_id"], target, rescan) if r}
+    if phase2:
+        again = aggregate_steps(sweep_dir, phase2).set_index("trial_id")
+        positions = trials.index[trials["trial_id"].isin(again.index)]
+        for column in again.columns:
+            steps.loc[positions, column] = again.loc[
+                trials.loc[positions, "trial_id"], column
+            ].to_numpy()
+
+    scores = pd.concat([trials, steps], axis=1)
+    scores["final"] = _final_loss(trials, steps)
+    scores["first_nonfinite"] = trials["first_nonfinite_step"].fillna(
+        steps["first_nonfinite_step_seen"]
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = steps["clipped_steps"] / steps["finite_steps"].where(
+            steps["finite_steps"] > 0
+        )
+        scores["clip_rate"] = rate.where(trials["clip"].notna())
+        scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(
+            steps["median_step_ms"] > 0
+        )
+    scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
+    scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
+    return scores
+
+
+def _speed_vs_fp32(scores: pd.DataFrame) -> pd.Series:
+    ref = scores["reference"] & scores["median_step_ms"].gt(0)
+    base = (
+        scores.loc[ref]
+        .groupby(["workload", "device_kind"], dropna=False)["median_step_ms"]
+        .median()
+    )
+    out = []
+    for workload, kind, ms in zip(
+        scores["workload"], scores["device_kind"], scores["median_step_ms"]
+    ):
+        base_ms = base.get((workload, kind), np.nan)
+        out.append(base_ms / ms if ms and ms > 0 else np.nan)
+    return pd.Series(out, index=scores.index, dtype="float64")
+
+
+def fp32_reference(scores: pd.DataFrame) -> Fp32Reference:
+    """Summarise the FP32 reference trials for the silent-failure rule."""
+    ref = scores[scores["reference"]]
+    finals = ref["final"][np.isfinite(ref["final"])]
+    with_target = ref[ref["target"].notna()]
+    reached = (
+        bool(len(with_target)) and with_target["steps_to_target"].notna().mean() >= 0.5
+    )
+    return Fp32Reference(
+        final_loss=float(finals.median()) if len(finals) else float("nan"),
+        reached_target=reached,
+        n_trials=len(ref),
+    )

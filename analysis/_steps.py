@@ -1,0 +1,349 @@
+"""Per-trial aggregation of the step tables, in one streaming pass.
+
+A sweep can hold tens of millions of step rows, so nothing here materialises
+the ``steps`` dataset: each trial's fragment is read batch by batch and folded
+into a small accumulator whose state is a few windows of at most
+``SPIKE_WINDOW`` values plus two per-trial buffers (step times and gradient
+norms, needed for exact medians). Memory therefore grows with the longest
+single trial, never with the size of the sweep.
+
+Rules fixed here (the report quotes them):
+
+* A step is *non-finite* when its ``nonfinite`` flag is set or its loss is not
+  finite; every other step is *finite*.
+* *Clip rate* = finite steps with ``clipped`` / finite steps. Non-finite steps
+  are excluded because their norm is meaningless, not because clipping fired.
+* A *loss spike* is a finite loss greater than ``SPIKE_FACTOR`` times the
+  median of the previous ``SPIKE_WINDOW`` finite losses, counted only once
+  that many finite losses exist and only while the median is positive (a
+  ratio against a zero or negative median says nothing).
+* *Steps to target* is the 1-based position of the step that completes the
+  first window of ``TARGET_WINDOW`` consecutive steps whose mean loss is at or
+  below the target. A non-finite loss makes its windows fail, as it should.
+* *Final loss* is the mean of the finite losses over the last
+  ``FINAL_FRACTION`` of the trial's step rows (at least one row).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ._load import TRIAL_PARTITIONING, list_parquet, partition_id, resolve
+
+SPIKE_FACTOR = 3.0
+SPIKE_WINDOW = 20
+TARGET_WINDOW = 10
+FINAL_FRACTION = 0.10
+BATCH_ROWS = 65_536
+
+#: Only these columns are read; the rest of the step table is never decoded.
+STEP_COLUMNS = (
+    "step",
+    "loss",
+    "grad_norm",
+    "clipped",
+    "nonfinite",
+    "skipped",
+    "step_ms",
+)
+_BOOL_COLUMNS = ("clipped", "nonfinite", "skipped")
+
+STEP_SCORE_COLUMNS = (
+    "step_rows",
+    "first_step",
+    "last_step",
+    "nonfinite_steps",
+    "finite_steps",
+    "skipped_steps",
+    "clipped_steps",
+    "first_nonfinite_step_seen",
+    "loss_spikes",
+    "steps_to_target",
+    "final_loss_steps",
+    "median_step_ms",
+    "median_grad_norm",
+    "p90_grad_norm",
+    "max_grad_norm",
+)
+
+
+class TrialAccumulator:
+    """Folds one trial's step batches, in step order, into its scores.
+
+    Kept as explicit state (not a pandas groupby) so a trial never has to be in
+    memory at once and the same code serves the streaming and sorted paths.
+    """
+
+    def __init__(self, n_rows: int, target: float) -> None:
+        self._n_rows = n_rows
+        self._final_from = n_rows - max(1, math.ceil(FINAL_FRACTION * n_rows))
+        self._target = target
+        self._rows = 0
+        self._first_step: int | None = None
+        self._last_step: int | None = None
+        self._first_bad: int | None = None
+        self._bad = 0
+        self._skipped = 0
+        self._clipped = 0
+        self._spikes = 0
+        self._to_target: int | None = None
+        self._final_sum = 0.0
+        self._final_n = 0
+        self._spike_prev = np.empty(0)
+        self._ma_prev = np.empty(0)
+        self._step_ms: list[np.ndarray] = []
+        self._grad: list[np.ndarray] = []
+
+    def update(self, cols: Mapping[str, np.ndarray]) -> bool:
+        """Fold one batch; return False if steps are not strictly increasing."""
+        step = cols["step"]
+        n = len(step)
+        if n == 0:
+            return True
+        if (self._last_step is not None and step[0] <= self._last_step) or bool(
+            np.any(np.diff(step) <= 0)
+        ):
+            return False
+        loss = cols["loss"]
+        loss_ok = np.isfinite(loss)
+        bad = cols["nonfinite"] | ~loss_ok
+        if self._first_step is None:
+            self._first_step = int(step[0])
+        self._last_step = int(step[-1])
+        if self._first_bad is None and bad.any():
+            self._first_bad = int(step[int(np.argmax(bad))])
+        self._bad += int(bad.sum())
+        self._skipped += int(cols["skipped"].sum())
+        self._clipped += int((cols["clipped"] & ~bad).sum())
+
+        in_final = np.arange(self._rows, self._rows + n) >= self._final_from
+        final_mask = in_final & loss_ok
+        self._final_sum += float(loss[final_mask].sum())
+        self._final_n += int(final_mask.sum())
+
+        self._count_spikes(loss[loss_ok])
+        self._find_target(loss)
+
+        self._step_ms.append(cols["step_ms"][np.isfinite(cols["step_ms"])])
+        grad = cols["grad_norm"]
+        self._grad.append(grad[~bad & np.isfinite(grad)])
+        self._rows += n
+        return True
+
+    def _count_spikes(self, finite_loss: np.ndarray) -> None:
+        seq = np.concatenate([self._spike_prev, finite_loss])
+        if len(seq) > SPIKE_WINDOW:
+            # Chunked so the (rows x window) median copy stays bounded.
+            for start in range(0, len(seq) - SPIKE_WINDOW, BATCH_ROWS):
+                stop = min(start + BATCH_ROWS, len(seq) - SPIKE_WINDOW)
+                windows = sliding_window_view(
+                    seq[start : stop + SPIKE_WINDOW - 1], SPIKE_WINDOW
+                )
+                median = np.median(windows, axis=1)
+                current = seq[start + SPIKE_WINDOW : stop + SPIKE_WINDOW]
+                self._spikes += int(
+                    ((median > 0) & (current > SPIKE_FACTOR * median)).sum()
+                )
+        self._spike_prev = seq[-SPIKE_WINDOW:].copy()
+
+    def _find_target(self, loss: np.ndarray) -> None:
+        if self._to_target is not None or not np.isfinite(self._target):
+            return
+        seq = np.concatenate([self._ma_prev, loss])
+        if len(seq) >= TARGET_WINDOW:
+            with np.errstate(invalid="ignore", over="ignore"):
+                mean = sliding_window_view(seq, TARGET_WINDOW).mean(axis=1)
+            hits = np.flatnonzero(mean <= self._target)
+            if hits.size:
+                end_in_seq = int(hits[0]) + TARGET_WINDOW - 1
+                self._to_target = self._rows - len(self._ma_prev) + end_in_seq + 1
+        self._ma_prev = seq[-(TARGET_WINDOW - 1) :].copy()
+
+    def result(self) -> dict[str, float]:
+        step_ms = np.concatenate(self._step_ms) if self._step_ms else np.empty(0)
+        grad = np.concatenate(self._grad) if self._grad else np.empty(0)
+        nan = float("nan")
+        return {
+            "step_rows": float(self._rows),
+            "first_step": nan if self._first_step is None else float(self._first_step),
+            "last_step": nan if self._last_step is None else float(self._last_step),
+            "nonfinite_steps": float(self._bad),
+            "finite_steps": float(self._rows - self._bad),
+            "skipped_steps": float(self._skipped),
+            "clipped_steps": float(self._clipped),
+            "first_nonfinite_step_seen": nan
+            if self._first_bad is None
+            else float(self._first_bad),
+            "loss_spikes": float(self._spikes),
+            "steps_to_target": nan
+            if self._to_target is None
+            else float(self._to_target),
+            "final_loss_steps": self._final_sum / self._final_n
+            if self._final_n
+            else nan,
+            "median_step_ms": float(np.median(step_ms)) if step_ms.size else nan,
+            "median_grad_norm": float(np.median(grad)) if grad.size else nan,
+            "p90_grad_norm": float(np.quantile(grad, 0.9)) if grad.size else nan,
+            "max_grad_norm": float(grad.max()) if grad.size else nan,
+        }
+
+
+def _batch_arrays(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+    """Columns as numpy with nulls made explicit; absent columns get neutral values."""
+    n = batch.num_rows
+    names = set(batch.schema.names)
+    out: dict[str, np.ndarray] = {}
+    for name in STEP_COLUMNS:
+        if name not in names:
+            out[name] = (
+                np.zeros(n, bool) if name in _BOOL_COLUMNS else np.full(n, np.nan)
+            )
+            continue
+        col = batch.column(name)
+        if name in _BOOL_COLUMNS:
+            out[name] = pc.fill_null(col.cast(pa.bool_()), False).to_numpy(
+                zero_copy_only=False
+            )
+        elif name == "step":
+            out[name] = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        else:
+            out[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return out
+
+
+def _fragments_by_trial(
+    sweep_dir: str | Path, sub: str, wanted: set[str]
+) -> dict[str, list]:
+    """Fragments of committed trials only; debris is never opened."""
+    loc = resolve(sweep_dir)
+    base = loc.join(sub)
+    files = [
+        p
+        for p in list_parquet(loc, sub, recursive=True)
+        if partition_id(p, base) in wanted
+    ]
+    if not files:
+        return {}
+    dataset = ds.dataset(
+        files,
+        filesystem=loc.fs,
+        format="parquet",
+        partitioning=TRIAL_PARTITIONING,
+        partition_base_dir=base,
+    )
+    grouped: dict[str, list] = defaultdict(list)
+    for fragment in dataset.get_fragments():
+        keys = ds.get_partition_keys(fragment.partition_expression)
+        grouped[str(keys["trial_id"])].append(fragment)
+    return dict(grouped)
+
+
+def _fragment_batches(fragments: list) -> Iterator[pa.RecordBatch]:
+    for fragment in fragments:
+        present = [c for c in STEP_COLUMNS if c in fragment.physical_schema.names]
+        yield from fragment.to_batches(columns=present, batch_size=BATCH_ROWS)
+
+
+def _sorted_batches(fragments: list) -> Iterator[pa.RecordBatch]:
+    """Fallback for out-of-order or duplicated steps: one trial, sorted, last write wins."""
+    frames = [
+        pa.Table.from_batches([b]).to_pandas() for b in _fragment_batches(fragments)
+    ]
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return
+    frame = pd.concat(frames, ignore_index=True)
+    frame = frame.drop_duplicates("step", keep="last").sort_values(
+        "step", kind="stable"
+    )
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    yield from table.to_batches(max_chunksize=BATCH_ROWS)
+
+
+def _aggregate_trial(fragments: list, target: float) -> dict[str, float]:
+    n_rows = sum(f.count_rows() for f in fragments)
+    acc = TrialAccumulator(n_rows, target)
+    for batch in _fragment_batches(fragments):
+        if not acc.update(_batch_arrays(batch)):
+            sorted_batches = list(_sorted_batches(fragments))
+            acc = TrialAccumulator(sum(b.num_rows for b in sorted_batches), target)
+            for sorted_batch in sorted_batches:
+                acc.update(_batch_arrays(sorted_batch))
+            break
+    return acc.result()
+
+
+def aggregate_steps(
+    sweep_dir: str | Path, targets: Mapping[str, float]
+) -> pd.DataFrame:
+    """Scan ``steps/`` for the given trials and return one row of scores each.
+
+    ``targets`` maps each trial id to scan onto its target loss (NaN = none);
+    its keys are the trials to read, so callers decide what counts (committed
+    rows) and debris is skipped by construction. Trials with no step data get
+    a row of NaN so a partial sweep still lines up with the trials table.
+    """
+    grouped = _fragments_by_trial(sweep_dir, "steps", set(targets))
+    rows = []
+    for trial_id, target in targets.items():
+        fragments = grouped.get(trial_id)
+        if fragments:
+            values = _aggregate_trial(fragments, float(target))
+        else:
+            values = {name: float("nan") for name in STEP_SCORE_COLUMNS}
+        rows.append({"trial_id": trial_id, **values})
+    frame = pd.DataFrame(rows, columns=["trial_id", *STEP_SCORE_COLUMNS])
+    return frame.astype(
+        {"trial_id": "str", **{name: "float64" for name in STEP_SCORE_COLUMNS}}
+    )
+
+
+def first_nonfinite_layers(
+    sweep_dir: str | Path, trial_ids: list[str]
+) -> dict[str, str]:
+    """Layers whose gradients went non-finite first, per trial, as evidence.
+
+    Streams the (optional) ``layers`` table with a predicate, so only anomaly
+    rows are decoded. Returns ``{trial_id: "layer_a, layer_b @ step N"}``.
+    """
+    grouped = _fragments_by_trial(sweep_dir, "layers", set(trial_ids))
+    found: dict[str, tuple[int, set[str]]] = {}
+    predicate = pc.field("nonfinite") > 0
+    for trial_id, fragments in grouped.items():
+        for fragment in fragments:
+            if not {"step", "layer", "nonfinite"} <= set(
+                fragment.physical_schema.names
+            ):
+                continue
+            for batch in fragment.to_batches(
+                columns=["step", "layer"], filter=predicate
+            ):
+                if batch.num_rows == 0:
+                    continue
+                steps = batch.column("step").to_numpy(zero_copy_only=False)
+                layers = batch.column("layer").to_pylist()
+                first = int(steps.min())
+                best = found.get(trial_id)
+                if best is None or first < best[0]:
+                    best = (first, set())
+                if first == best[0]:
+                    best[1].update(
+                        str(lay)
+                        for s, lay in zip(steps, layers)
+                        if s == first and lay is not None
+                    )
+                found[trial_id] = best
+    return {
+        tid: f"{', '.join(sorted(names))} @ step {step}"
+        for tid, (step, names) in found.items()
+    }

@@ -1,0 +1,72 @@
+"""Casting a network for one AMP policy, with MindSpore's own APIs only.
+
+MindSpore casts Cells in place, so every policy needs a freshly built network;
+the trainer guarantees that by calling the workload factory per graph.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+DTYPES = ("float16", "bfloat16")
+
+
+def mindspore_nn_cell_names() -> dict[str, type]:
+    """Every Cell class that ``mindspore.nn`` exports, by name."""
+    from mindspore import nn
+
+    return {
+        name: obj
+        for name, obj in vars(nn).items()
+        if inspect.isclass(obj) and issubclass(obj, nn.Cell)
+    }
+
+
+def network_cell_types(cells: Iterable[Any]) -> dict[str, type]:
+    """The Cell classes used anywhere inside the given Cells, by name."""
+    found: dict[str, type] = {}
+    for root in cells:
+        for _, cell in root.cells_and_names():
+            found.setdefault(type(cell).__name__, type(cell))
+    return found
+
+
+def known_layer_types(cells: Iterable[Any]) -> dict[str, type]:
+    """Names a black list may use: the workload's own Cells first, then ``mindspore.nn``."""
+    known = mindspore_nn_cell_names()
+    known.update(network_cell_types(cells))
+    return known
+
+
+def resolve_black_list(names: Sequence[str], known: dict[str, type]) -> list[type]:
+    """Turn black-list names into classes; the spec already checked they exist."""
+    return [known[name] for name in names]
+
+
+def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> Any:
+    """Cast ``cell`` (network plus loss) for one policy and return it.
+
+    O0 casts nothing. Without a black list the level goes to
+    ``amp.auto_mixed_precision``. With one: under O1 (only white-listed ops in
+    low precision) the classes are removed from the white list; under O2 they
+    are added to MindSpore's default black list (``custom_mixed_precision``
+    replaces the default, it does not extend it); under O3 (cast everything)
+    they are the whole black list.
+    """
+    from mindspore import amp
+    from mindspore.common import dtype as mstype
+
+    if level == "O0":
+        return cell
+    ms_dtype = getattr(mstype, dtype)
+    if not black_list:
+        return amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
+    if level == "O1":
+        white = [c for c in amp.get_white_list() if c not in set(black_list)]
+        return amp.custom_mixed_precision(cell, white_list=white, dtype=ms_dtype)
+    base = amp.get_black_list() if level == "O2" else []
+    merged = base + [c for c in black_list if c not in base]
+    return amp.custom_mixed_precision(cell, black_list=merged, dtype=ms_dtype)

@@ -1,0 +1,86 @@
+"""One point of the grid, as data that crosses process and machine boundaries.
+
+It lives in ``jobs`` (not ``sweep``) because it is the actor's input type, and
+it imports nothing heavy so the driver can build thousands of them cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Values that make the same trial: every field that can change a step metric.
+_IDENTITY_FIELDS = (
+    "workload",
+    "workload_args",
+    "steps",
+    "abort_after",
+    "amp_level",
+    "black_list",
+    "clip",
+    "loss_scale",
+    "dtype",
+    "seed",
+)
+
+#: Values that make the same compiled graph: trials that differ only elsewhere
+#: (clip, seed, static scale value) can share one network and one compile.
+_GRAPH_FIELDS = ("workload", "workload_args", "amp_level", "black_list", "dtype")
+
+
+def _short_hash(payload: dict[str, Any]) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def loss_scale_kind(loss_scale: str) -> str:
+    """``static:1024`` -> ``static``: the part that changes the graph."""
+    return loss_scale.split(":", 1)[0]
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """A resolved grid point plus the sweep's fixed settings.
+
+    ``workload`` is the reference exactly as written in the spec, so the id
+    does not depend on where the file sits on a given machine.
+    """
+
+    workload: str
+    steps: int
+    abort_after: int
+    amp_level: str
+    black_list: tuple[str, ...]
+    clip: float | None
+    loss_scale: str
+    dtype: str
+    seed: int
+    workload_args: dict[str, Any] = field(default_factory=dict)
+    layer_every: int = 50
+
+    def canonical(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["black_list"] = sorted(self.black_list)
+        return {key: data[key] for key in _IDENTITY_FIELDS}
+
+    @property
+    def trial_id(self) -> str:
+        return _short_hash(self.canonical())
+
+    @property
+    def graph_id(self) -> str:
+        data = self.canonical()
+        graph = {key: data[key] for key in _GRAPH_FIELDS}
+        graph["loss_scale"] = loss_scale_kind(self.loss_scale)
+        return _short_hash(graph)
+
+    @property
+    def label(self) -> str:
+        black = "+".join(self.black_list) or "-"
+        clip = "off" if self.clip is None else f"{self.clip:g}"
+        return (
+            f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} "
+            f"{self.dtype} seed={self.seed}"
+        )

@@ -1,0 +1,292 @@
+"""One trial: real MindSpore training of a workload under one AMP policy.
+
+Everything that happens per step is inside one ``mindspore.jit`` graph: the
+forward and backward pass, unscaling, the global norm, per-parameter
+statistics, clipping and the update. The graph returns one float32 vector per
+step; vectors are stacked and copied to the host in blocks, so the host sees
+no per-element traffic and divergence is still caught within one block.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._amp import apply_amp, known_layer_types, resolve_black_list
+from ._config import TrialConfig, loss_scale_kind
+from ._workload import Workload, build_workload
+
+#: Steps whose metrics are copied to the host together.
+BLOCK_STEPS = 25
+_EPS = 1e-6
+_NO_CLIP = float(np.finfo(np.float32).max)
+# Layout of the per-step metric vector: 4 scalars, then 3 values per parameter.
+_LOSS, _NORM, _FINITE, _SCALE, _HEAD = 0, 1, 2, 3, 4
+
+
+class UnsupportedCombination(RuntimeError):
+    """The device cannot run this policy; the message is the one-sentence reason."""
+
+
+@dataclass
+class TrialMetrics:
+    """Per-step arrays for one trial, already trimmed to the steps that ran."""
+
+    loss: np.ndarray
+    grad_norm: np.ndarray
+    finite: np.ndarray
+    scale: np.ndarray
+    step_ms: np.ndarray
+    layer_names: list[str]
+    layer_norm: np.ndarray  # [steps, params]
+    layer_absmax: np.ndarray
+    layer_nonfinite: np.ndarray
+
+
+@dataclass
+class TrialOutcome:
+    """What one trial produced; the worker turns it into Arrow tables."""
+
+    outcome: str
+    steps_run: int
+    first_nonfinite_step: int | None
+    final_loss: float | None
+    target_loss: float | None
+    compile_s: float
+    wall_s: float
+    metrics: TrialMetrics | None = None
+    error: str | None = None
+    traceback: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _make_scaler(loss_scale: str) -> Any:
+    from mindspore import amp
+
+    kind = loss_scale_kind(loss_scale)
+    value = loss_scale.split(":", 1)[1] if ":" in loss_scale else None
+    if kind == "none":
+        return None
+    if kind == "static":
+        return amp.StaticLossScaler(float(value))
+    return amp.DynamicLossScaler(float(value) if value else 2.0**16, 2, 1000)
+
+
+def _check_device_support(config: TrialConfig, device_target: str) -> None:
+    if config.dtype == "bfloat16" and config.amp_level != "O0" and device_target == "CPU":
+        raise UnsupportedCombination(
+            "bfloat16 is not supported by MindSpore's CPU backend; "
+            "run this trial on Ascend or GPU."
+        )
+
+
+class CompiledStep:
+    """A network cast for one policy with its compiled training step."""
+
+    def __init__(self, config: TrialConfig, workload: Workload) -> None:
+        import mindspore as ms
+        from mindspore import ops
+        from mindspore.common import dtype as mstype
+
+        known = known_layer_types([workload.network, workload.loss_fn])
+        black_list = resolve_black_list(config.black_list, known)
+        from ._loss_cell import NetworkWithLoss
+
+        loss_cell = apply_amp(
+            NetworkWithLoss(workload.network, workload.loss_fn),
+            config.amp_level,
+            black_list,
+            config.dtype,
+        )
+        optimizer = workload.optimizer(workload.network.trainable_params())
+        params = optimizer.parameters
+        self.layer_names = [p.name for p in params]
+        scaler = _make_scaler(config.loss_scale)
+        skips_nonfinite = scaler is not None
+        one = ms.Tensor(1.0, mstype.float32)
+
+        def forward(*batch: Any) -> Any:
+            loss = loss_cell(*batch)
+            return scaler.scale(loss) if skips_nonfinite else loss
+
+        grad_fn = ms.value_and_grad(forward, None, params)
+
+        def train_step(clip: Any, *batch: Any) -> Any:
+            loss, grads = grad_fn(*batch)
+            if skips_nonfinite:
+                scale = scaler.scale_value.astype(mstype.float32)
+                loss = scaler.unscale(loss)
+                grads = scaler.unscale(grads)
+            else:
+                scale = one
+            grads32 = [g.astype(mstype.float32) for g in grads]
+            squares = ops.stack([ops.reduce_sum(g * g) for g in grads32])
+            absmax = ops.stack([ops.reduce_max(ops.abs(g)) for g in grads32])
+            bad = ops.stack(
+                [ops.reduce_sum(ops.logical_not(ops.isfinite(g)).astype(mstype.float32)) for g in grads32]
+            )
+            norm = ops.sqrt(ops.reduce_sum(squares))
+            finite = ops.reduce_sum(bad) == 0
+            # clipped exactly when norm > clip, which is what the steps table records
+            factor = ops.select(norm > clip, clip / (norm + _EPS), one)
+            clipped_grads = tuple(g * factor.astype(g.dtype) for g in grads)
+            if skips_nonfinite:
+                if finite:
+                    loss = ops.depend(loss, optimizer(clipped_grads))
+                loss = ops.depend(loss, scaler.adjust(finite))
+            else:
+                loss = ops.depend(loss, optimizer(clipped_grads))
+            head = ops.stack(
+                [loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale]
+            )
+            return ops.concat([head, ops.sqrt(squares), absmax, bad])
+
+        self._step = ms.jit(train_step)
+        self._tensor = ms.Tensor
+        self._float32 = mstype.float32
+
+    def clip_tensor(self, clip: float | None) -> Any:
+        return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
+
+    def __call__(self, clip: Any, batch: tuple[Any, ...]) -> Any:
+        return self._step(clip, *batch)
+
+
+def _to_tensors(batch: Any) -> tuple[Any, ...]:
+    import mindspore as ms
+
+    items = batch if isinstance(batch, (tuple, list)) else (batch,)
+    return tuple(x if isinstance(x, ms.Tensor) else ms.Tensor(np.asarray(x)) for x in items)
+
+
+def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
+    """Index of the step at which ``abort_after`` consecutive non-finite losses end."""
+    run = 0
+    for i, ok in enumerate(finite_loss):
+        run = 0 if ok else run + 1
+        if run >= abort_after:
+            return i
+    return None
+
+
+def _final_loss(loss: np.ndarray) -> float | None:
+    tail = loss[-max(1, len(loss) // 10):]
+    tail = tail[np.isfinite(tail)]
+    return float(tail.mean()) if len(tail) else None
+
+
+def _train(config: TrialConfig, workload: Workload, step: CompiledStep) -> tuple[TrialMetrics, float, int | None]:
+    from mindspore import ops
+
+    clip = step.clip_tensor(config.clip)
+    batches = iter(workload.batches)
+    rows: list[np.ndarray] = []
+    step_ms: list[float] = []
+    compile_s = 0.0
+    abort_at: int | None = None
+    pending: list[Any] = []
+    block_start = time.perf_counter()
+    for index in range(config.steps):
+        try:
+            batch = _to_tensors(next(batches))
+        except StopIteration:
+            raise RuntimeError(
+                f"workload batches ended after {index} steps; the spec asks for {config.steps}"
+            ) from None
+        if index == 0:
+            started = time.perf_counter()
+            first = step(clip, batch).asnumpy()
+            compile_s = time.perf_counter() - started
+            rows.append(first[None, :])
+            step_ms.append(compile_s * 1000.0)
+            block_start = time.perf_counter()
+            continue
+        pending.append(step(clip, batch))
+        if len(pending) == BLOCK_STEPS or index == config.steps - 1:
+            block = ops.stack(pending).asnumpy()
+            elapsed = (time.perf_counter() - block_start) * 1000.0
+            step_ms.extend([elapsed / len(pending)] * len(pending))
+            rows.append(block)
+            pending = []
+            block_start = time.perf_counter()
+            losses = np.concatenate([r[:, _LOSS] for r in rows])
+            abort_at = _first_abort(np.isfinite(losses), config.abort_after)
+            if abort_at is not None:
+                break
+    table = np.concatenate(rows)
+    n = table.shape[0] if abort_at is None else abort_at + 1
+    table = table[:n]
+    params = len(step.layer_names)
+    ms_per_step = np.asarray(step_ms[:n])
+    if n > 1:
+        compile_s = max(0.0, compile_s - float(np.median(ms_per_step[1:])) / 1000.0)
+    metrics = TrialMetrics(
+        loss=table[:, _LOSS].astype(np.float64),
+        grad_norm=table[:, _NORM].astype(np.float64),
+        finite=table[:, _FINITE] > 0.5,
+        scale=table[:, _SCALE].astype(np.float64),
+        step_ms=ms_per_step,
+        layer_names=step.layer_names,
+        layer_norm=table[:, _HEAD : _HEAD + params],
+        layer_absmax=table[:, _HEAD + params : _HEAD + 2 * params],
+        layer_nonfinite=table[:, _HEAD + 2 * params : _HEAD + 3 * params],
+    )
+    return metrics, compile_s, abort_at
+
+
+def seed_everything(seed: int) -> None:
+    import mindspore as ms
+
+    ms.set_seed(seed)
+    np.random.seed(seed)
+
+
+def run_trial(config: TrialConfig, workload_ref: str, device_target: str = "CPU") -> TrialOutcome:
+    """Run one trial to an outcome; exceptions become a ``failed`` outcome."""
+    started = time.perf_counter()
+    target_loss: float | None = None
+    try:
+        _check_device_support(config, device_target)
+        seed_everything(config.seed)
+        workload = build_workload(workload_ref, config.seed, config.workload_args)
+        target_loss = workload.target_loss
+        step = CompiledStep(config, workload)
+        metrics, compile_s, abort_at = _train(config, workload, step)
+    except Exception as exc:  # a trial's failure must not stop the sweep
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return TrialOutcome(
+            outcome="failed",
+            steps_run=0,
+            first_nonfinite_step=None,
+            final_loss=None,
+            target_loss=target_loss,
+            compile_s=0.0,
+            wall_s=time.perf_counter() - started,
+            error=f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+            traceback=None if isinstance(exc, UnsupportedCombination) else traceback.format_exc(),
+        )
+    bad = np.flatnonzero(~np.isfinite(metrics.loss))
+    return TrialOutcome(
+        outcome="completed" if abort_at is None else "diverged",
+        steps_run=len(metrics.loss),
+        first_nonfinite_step=int(bad[0]) if len(bad) else None,
+        final_loss=_final_loss(metrics.loss),
+        target_loss=target_loss if target_loss is None else float(target_loss),
+        compile_s=compile_s,
+        wall_s=time.perf_counter() - started,
+        metrics=metrics,
+    )
+
+
+def is_clipped(grad_norm: np.ndarray, clip: float | None) -> np.ndarray:
+    """The exact clipping decision the compiled step made."""
+    if clip is None:
+        return np.zeros(len(grad_norm), dtype=bool)
+    return np.asarray(grad_norm > clip) & np.isfinite(grad_norm)
+
+
+__all__ = ["TrialOutcome", "TrialMetrics", "run_trial", "is_clipped", "CompiledStep"]

@@ -1,0 +1,1 @@
+"""Built-in workloads: small models that fail under float16 through real numerics."""

@@ -1,0 +1,58 @@
+"""From a validated spec to the list of trials, with stable ids."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from jobs import TrialConfig
+
+from ._spec import SweepSpec
+
+
+def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
+    """Every point of the product of the axes, in a deterministic order, without duplicates."""
+    grid = spec.grid
+    trials: dict[str, TrialConfig] = {}
+    for level, black, clip, scale, dtype, seed in itertools.product(
+        grid.amp_level, grid.black_list, grid.clip, grid.loss_scale, grid.dtype, grid.seed
+    ):
+        config = TrialConfig(
+            workload=spec.workload,
+            workload_args=dict(spec.workload_args),
+            steps=spec.steps,
+            abort_after=spec.abort_after,
+            layer_every=spec.layer_every,
+            amp_level=level,
+            black_list=tuple(dict.fromkeys(black)),
+            clip=None if clip is None else float(clip),
+            loss_scale=scale,
+            dtype=dtype,
+            seed=seed,
+        )
+        trials.setdefault(config.trial_id, config)
+    return list(trials.values())
+
+
+def equivalents(trials: list[TrialConfig]) -> dict[str, str]:
+    """Map each trial that computes exactly what another does to that other trial.
+
+    O0 casts nothing, so under O0 the black list and the low-precision dtype
+    change nothing: those trials still run (they are cheap evidence that the
+    baseline is reproducible) but the ranking must not count them twice.
+    """
+    by_id = {t.trial_id: t for t in trials}
+    canonical_dtype = {t.dtype for t in trials if t.amp_level == "O0"}
+    first_dtype = "float16" if "float16" in canonical_dtype else min(canonical_dtype, default="float16")
+    result: dict[str, str] = {}
+    for trial in trials:
+        if trial.amp_level != "O0":
+            continue
+        base = replace(trial, black_list=(), dtype=first_dtype)
+        if base.trial_id != trial.trial_id and base.trial_id in by_id:
+            result[trial.trial_id] = base.trial_id
+    return result
+
+
+def count_graphs(trials: list[TrialConfig]) -> int:
+    return len({t.graph_id for t in trials})

@@ -1,0 +1,185 @@
+"""Running a sweep on Ray: actors per device, one trial at a time each, commit as they finish.
+
+Trials are handed out one at a time (not pre-split), so no device idles while
+trials remain and a slow trial holds back nobody. Only the driver writes
+files; an actor that dies mid-trial loses only that attempt: the trial goes
+back to the queue and the actor is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs import TrialConfig
+
+from ._grid import equivalents, expand_grid
+from ._progress import SweepProgress
+from ._spec import SweepSpec
+from ._store import SweepStore
+from .devices import DeviceBackend, discover
+
+#: How often one trial may lose its worker before it is recorded as failed.
+MAX_TRIAL_ATTEMPTS = 3
+#: How often a device slot may lose its actor in a row before it is given up.
+MAX_SLOT_DEATHS = 3
+
+
+@dataclass
+class SweepRun:
+    """What a finished ``run_sweep`` reports back."""
+
+    root: str
+    total: int
+    skipped: int
+    ran: int
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Slot:
+    backend: DeviceBackend
+    index: int
+    actor: Any = None
+    deaths: int = 0
+
+
+def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
+    """Join a cluster or start a private local one.
+
+    ``address="local"`` matters: a bare ``ray.init()`` silently attaches to any
+    cluster whose address another tool left in ``/tmp/ray``.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+    if runtime_env:
+        common["runtime_env"] = runtime_env
+    if address:
+        ray.init(address=address, **common)
+    else:
+        cores = os.cpu_count() or 1
+        ray.init(address="local", num_cpus=max(cores, workers or 0), include_dashboard=False, **common)
+
+
+def _new_actor(slot: _Slot, compute_on: str | None) -> Any:
+    import ray
+
+    from jobs._worker import TrialWorker
+
+    remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
+    kind = slot.backend.kind
+    compute = compute_on or kind
+    return remote.remote(slot.index, kind, compute, slot.backend.cpu_core(slot.index) if compute == "cpu" else None)
+
+
+def _failed_record(config: TrialConfig, sweep: str, equivalent_to: str | None, error: str, slot: _Slot) -> Any:
+    from jobs._trainer import TrialOutcome
+    from jobs._worker import to_record
+
+    outcome = TrialOutcome(
+        outcome="failed",
+        steps_run=0,
+        first_nonfinite_step=None,
+        final_loss=None,
+        target_loss=None,
+        compile_s=0.0,
+        wall_s=0.0,
+        error=error,
+    )
+    placement = {"device_kind": slot.backend.kind, "node": "", "device_id": "", "worker_index": slot.index}
+    return to_record(config, outcome, sweep=sweep, equivalent_to=equivalent_to, placement=placement)
+
+
+def run_sweep(
+    spec: SweepSpec,
+    resolved_yaml: str,
+    workload_ref: str,
+    out: str,
+    *,
+    workers: int | None = None,
+    address: str | None = None,
+    devices: str | list[str] | None = None,
+    compute_on: str | None = None,
+    progress: bool = True,
+    runtime_env: dict[str, Any] | None = None,
+) -> SweepRun:
+    """Run every trial of ``spec`` that ``out`` does not already hold."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    trials = expand_grid(spec)
+    equivalent = equivalents(trials)
+    store = SweepStore(out, spec.name)
+    done = store.committed()
+    pending = deque(t for t in trials if t.trial_id not in done)
+    store.write_text("sweep.yaml", resolved_yaml)
+    result = SweepRun(root=store.root, total=len(trials), skipped=len(trials) - len(pending), ran=0)
+    if not pending:
+        return result
+
+    start_ray(address, workers, runtime_env)
+    plan = discover(devices or spec.devices, ray.cluster_resources(), workers)
+    slots = [_Slot(backend, i) for backend, count in plan for i in range(count)]
+    slots = slots[: max(1, len(pending))]
+    for slot in slots:
+        slot.actor = _new_actor(slot, compute_on)
+
+    attempts: dict[str, int] = {}
+    last_error = ""
+
+    in_flight: dict[Any, tuple[_Slot, TrialConfig]] = {}
+    idle = list(slots)
+    with SweepProgress(len(trials), result.skipped, progress) as bar:
+
+        def dispatch() -> None:
+            while idle and pending:
+                slot = idle.pop()
+                config = pending.popleft()
+                ref = slot.actor.run.remote(config, workload_ref, spec.name, equivalent.get(config.trial_id))
+                in_flight[ref] = (slot, config)
+            bar.set_running(len(in_flight))
+
+        def commit(record: Any) -> None:
+            store.commit(record)
+            outcome = record.trial.column("outcome")[0].as_py()
+            result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+            result.ran += 1
+            bar.finished(outcome)
+
+        dispatch()
+        while in_flight:
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            slot, config = in_flight.pop(ready[0])
+            try:
+                record = ray.get(ready[0])
+            except RayActorError as exc:
+                attempts[config.trial_id] = attempts.get(config.trial_id, 0) + 1
+                if attempts[config.trial_id] >= MAX_TRIAL_ATTEMPTS:
+                    message = f"WorkerDied: the worker died {MAX_TRIAL_ATTEMPTS} times running this trial"
+                    commit(_failed_record(config, spec.name, equivalent.get(config.trial_id), message, slot))
+                else:
+                    pending.appendleft(config)
+                    bar.retry()
+                slot.deaths += 1
+                if slot.deaths >= MAX_SLOT_DEATHS:
+                    last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                    continue  # give this device slot up
+                slot.actor = _new_actor(slot, compute_on)
+            except RayTaskError as exc:  # the trial code itself is guarded; this is serialization etc.
+                first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+                commit(_failed_record(config, spec.name, equivalent.get(config.trial_id), first, slot))
+            else:
+                slot.deaths = 0
+                commit(record)
+            idle.append(slot)
+            dispatch()
+    if pending:
+        raise RuntimeError(
+            f"every worker died repeatedly; {len(pending)} trials were not run (last error: {last_error})"
+        )
+    return result

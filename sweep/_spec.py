@@ -1,0 +1,153 @@
+"""The sweep file: parsed with ``yaml.safe_load`` and validated before Ray starts.
+
+Validation is two-stage: pydantic checks shapes and enumerations, then the
+workload is imported once so black-list names can be checked against the Cell
+classes it really uses. Both stages raise ``SpecError`` with one line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._errors import SpecError
+
+AmpLevel = Literal["O0", "O1", "O2", "O3"]
+DType = Literal["float16", "bfloat16"]
+DeviceKind = Literal["ascend", "gpu", "cpu"]
+_LOSS_SCALE = re.compile(r"^(none|dynamic|dynamic:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|static:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+LOSS_SCALE_ALLOWED = "allowed: none, static:<value>, dynamic or dynamic:<initial scale>"
+
+
+def _nonempty(values: list[Any]) -> list[Any]:
+    if not values:
+        raise ValueError("an axis needs at least one value")
+    return values
+
+
+class Grid(BaseModel):
+    """The axes; the grid is their product."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    amp_level: list[AmpLevel] = Field(default_factory=lambda: ["O0", "O2"])
+    black_list: list[list[str]] = Field(default_factory=lambda: [[]])
+    clip: list[float | None] = Field(default_factory=lambda: [None])
+    loss_scale: list[str] = Field(default_factory=lambda: ["none"])
+    dtype: list[DType] = Field(default_factory=lambda: ["float16"])
+    seed: list[int] = Field(default_factory=lambda: [0])
+
+    _check_nonempty = field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed")(
+        _nonempty
+    )
+
+    @field_validator("clip")
+    @classmethod
+    def _positive_clip(cls, values: list[float | None]) -> list[float | None]:
+        for value in values:
+            if value is not None and not value > 0:
+                raise ValueError(f"clip {value!r} must be a number > 0 or null (no clipping)")
+        return values
+
+    @field_validator("loss_scale")
+    @classmethod
+    def _loss_scale_form(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not _LOSS_SCALE.match(str(value)):
+                raise ValueError(f"loss_scale {value!r}: {LOSS_SCALE_ALLOWED}")
+        return values
+
+
+class SweepSpec(BaseModel):
+    """A whole sweep file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    workload: str
+    workload_args: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(gt=0)
+    abort_after: int = Field(default=10, gt=0)
+    layer_every: int = Field(default=50, gt=0)
+    grid: Grid = Field(default_factory=Grid)
+    devices: Literal["auto"] | DeviceKind | list[DeviceKind] = "auto"
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("name must be letters, digits, '.', '_' or '-' (it becomes a folder)")
+        return value
+
+    @field_validator("workload")
+    @classmethod
+    def _reference_form(cls, value: str) -> str:
+        module, sep, attr = value.rpartition(":")
+        if not sep or not module or not attr.isidentifier():
+            raise ValueError("workload must be 'package.module:make' or 'path/to/file.py:make'")
+        return value
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("literal['auto']", "list[literal['ascend','gpu','cpu']]") or str(part).startswith(
+            ("literal[", "list[", "float", "none", "int", "str")
+        ):
+            continue  # pydantic's union-branch labels say nothing to a user
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _allowed_from(error: dict[str, Any]) -> str:
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        return "unknown key (check the spelling; see README 'Spec format')"
+    if error["type"] == "missing":
+        return "this field is required"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return message[0].lower() + message[1:]
+
+
+def validation_error_to_spec_error(exc: ValidationError) -> SpecError:
+    """The first pydantic error as one line: field, bad value, what is allowed."""
+    error = exc.errors()[0]
+    value = error.get("input")
+    if error["type"] == "missing":
+        value = None
+    return SpecError(_field_path(tuple(error["loc"])) or "spec", value, _allowed_from(error))
+
+
+def parse_spec(data: Any) -> SweepSpec:
+    """Validate already-loaded YAML data."""
+    if not isinstance(data, dict):
+        raise SpecError("spec", data, "the file must be a YAML mapping with name, workload, steps and grid")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error_to_spec_error(exc) from None
+
+
+def read_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
+    """Read and validate a sweep file; returns the spec and the raw mapping."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("spec", str(path), f"the file cannot be read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SpecError("spec", str(path), f"the file is not valid YAML{where}") from None
+    return parse_spec(data), data

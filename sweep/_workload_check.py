@@ -1,0 +1,52 @@
+"""The part of validation that needs the workload: its reference and black-list names.
+
+Building the network once on the driver is the only way to know which Cell
+classes a user's model contains, and it catches an import error before any
+worker starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs import WorkloadError, build_workload, resolve_reference
+
+from ._errors import SpecError
+from ._spec import SweepSpec
+
+
+def check_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
+    """Return the workload reference resolved for every process, or raise ``SpecError``."""
+    try:
+        reference = resolve_reference(spec.workload, spec_dir)
+    except WorkloadError as exc:
+        raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+    requested = sorted({name for group in spec.grid.black_list for name in group})
+    if not requested:
+        try:
+            from jobs import load_factory
+
+            load_factory(reference)
+        except WorkloadError as exc:
+            raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+        return reference
+    from jobs._amp import known_layer_types, network_cell_types
+
+    try:
+        workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
+    except WorkloadError as exc:
+        raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+    except TypeError as exc:
+        raise SpecError("workload_args", spec.workload_args, f"the factory rejected them ({exc})") from None
+    cells = [workload.network, workload.loss_fn]
+    known = known_layer_types(cells)
+    for index, group in enumerate(spec.grid.black_list):
+        for position, name in enumerate(group):
+            if name not in known:
+                own = ", ".join(sorted(network_cell_types(cells)))
+                raise SpecError(
+                    f"grid.black_list[{index}][{position}]",
+                    name,
+                    f"known layer types: {own} (or any Cell class in mindspore.nn)",
+                )
+    return reference

@@ -1,0 +1,137 @@
+"""The ``ampsweep`` command: plan, run, report.
+
+Every user error (a bad spec, a bad flag) is one line on stderr and exit code
+2, raised before anything is written or Ray is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._errors import SpecError
+from ._grid import count_graphs, equivalents, expand_grid
+from ._spec import SweepSpec, read_spec
+from .devices import DEVICE_KINDS
+
+EXIT_USAGE = 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; a whole number > 0") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; a whole number > 0")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ampsweep", description="Sweep MindSpore mixed-precision settings on Ray and rank them."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="validate a spec and list its trials")
+    plan.add_argument("spec", type=Path)
+
+    run = sub.add_parser("run", help="run a sweep, then write and print the report")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--out", required=True, help="output folder or pyarrow.fs URI (s3://, gs://, hdfs://)")
+    run.add_argument("--workers", type=_positive_int, default=None, help="CPU actors (default: one per core)")
+    run.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
+    run.add_argument("--devices", choices=("auto", *DEVICE_KINDS), default=None, help="override the spec's devices")
+    run.add_argument("--compute-on", choices=("cpu",), default=None, help="keep scheduling, compute on CPU")
+    run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument("--top", type=_positive_int, default=8, help="ranking rows to print")
+
+    report = sub.add_parser("report", help="(re)write the report of a sweep folder")
+    report.add_argument("sweep_dir", type=Path)
+    report.add_argument("--top", type=_positive_int, default=8)
+    return parser
+
+
+def _load(spec_path: Path) -> tuple[SweepSpec, dict[str, Any], str]:
+    from ._workload_check import check_workload
+
+    spec, raw = read_spec(spec_path)
+    reference = check_workload(spec, spec_path.parent)
+    return spec, raw, reference
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    spec, _, _ = _load(args.spec)
+    trials = expand_grid(spec)
+    equivalent = equivalents(trials)
+    print(f"{spec.name}: {len(trials)} trials, {count_graphs(trials)} distinct compiled graphs, "
+          f"{len(equivalent)} equivalent to another trial")
+    for trial in trials:
+        note = f"  (same as {equivalent[trial.trial_id]})" if trial.trial_id in equivalent else ""
+        print(f"{trial.trial_id}  graph {trial.graph_id}  {trial.label}{note}")
+    return 0
+
+
+def _print_top(sweep_dir: Path, top: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from analysis import top_configs, write_report
+
+    report = write_report(sweep_dir)
+    frame = top_configs(sweep_dir, top)
+    table = Table(title=f"ranking (full report: {report})")
+    for column in frame.columns:
+        table.add_column(str(column))
+    for row in frame.itertuples(index=False):
+        table.add_row(*["" if value is None else str(value) for value in row])
+    Console(width=200).print(table)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ._launcher import run_sweep
+
+    spec, raw, reference = _load(args.spec)
+    result = run_sweep(
+        spec,
+        yaml.safe_dump(raw, sort_keys=False),
+        reference,
+        args.out,
+        workers=args.workers,
+        address=args.address,
+        devices=args.devices,
+        compute_on=args.compute_on,
+        progress=not args.no_progress,
+    )
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
+    print(f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}")
+    if "://" in args.out:
+        print(f"report: run `ampsweep pull {result.root} DIR` then `ampsweep report DIR/{spec.name}`")
+    else:
+        _print_top(Path(result.root), args.top)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    if not (args.sweep_dir / "trials").is_dir():
+        raise SpecError("sweep_dir", str(args.sweep_dir), "a sweep folder OUT/<name> with a trials/ folder")
+    _print_top(args.sweep_dir, args.top)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    commands = {"plan": _cmd_plan, "run": _cmd_run, "report": _cmd_report}
+    try:
+        return commands[args.command](args)
+    except SpecError as exc:
+        print(f"ampsweep: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""GPU actors: Ray's ``num_gpus=1`` sets ``CUDA_VISIBLE_DEVICES`` to the one it assigned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GpuBackend:
+    kind = "gpu"
+
+    def available(self, resources: dict[str, float]) -> int:
+        return int(resources.get("GPU", 0))
+
+    def actor_options(self) -> dict[str, Any]:
+        return {"num_gpus": 1, "num_cpus": 0}
+
+    def cpu_core(self, worker_index: int) -> int | None:
+        return None
