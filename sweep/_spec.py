@@ -18,7 +18,6 @@ from ._errors import SpecError
 
 AmpLevel = Literal["O0", "O1", "O2", "O3"]
 DType = Literal["float16", "bfloat16"]
-DeviceKind = Literal["ascend", "gpu", "cpu"]
 _LOSS_SCALE = re.compile(r"^(none|dynamic|dynamic:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|static:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 LOSS_SCALE_ALLOWED = "allowed: none, static:<value>, dynamic or dynamic:<initial scale>"
@@ -75,13 +74,25 @@ class SweepSpec(BaseModel):
     abort_after: int = Field(default=10, gt=0)
     layer_every: int = Field(default=50, gt=0)
     grid: Grid = Field(default_factory=Grid)
-    devices: Literal["auto"] | DeviceKind | list[DeviceKind] = "auto"
+    devices: str | list[str] = "auto"
 
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("name must be letters, digits, '.', '_' or '-' (it becomes a folder)")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _device_kinds(cls, value: str | list[str]) -> str | list[str]:
+        kinds = ("ascend", "gpu", "cpu")
+        if isinstance(value, str):
+            if value != "auto" and value not in kinds:
+                raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of ascend, gpu, cpu")
+            return value
+        if not value or any(kind not in kinds for kind in value) or len(set(value)) != len(value):
+            raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of distinct ascend, gpu, cpu")
         return value
 
     @field_validator("workload")

@@ -1,0 +1,43 @@
+"""Shared fixtures: sweep files written into a temporary folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+TESTS = Path(__file__).parent
+TINY = TESTS / "workloads" / "tiny_mlp.py"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread_mindspore() -> None:
+    os.environ.setdefault("GLOG_v", "3")
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path):
+    """Write a sweep file (a dict, merged over a small valid one) and return its path."""
+
+    def write(overrides: dict | None = None, *, raw: str | None = None, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        if raw is not None:
+            path.write_text(raw)
+            return path
+        spec = {
+            "name": "tiny",
+            "workload": f"{TINY}:make",
+            "steps": 20,
+            "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Scaler"]], "clip": [None, 1.0], "seed": [0]},
+        }
+        for key, value in (overrides or {}).items():
+            if key == "grid":
+                spec["grid"].update(value)
+            else:
+                spec[key] = value
+        path.write_text(yaml.safe_dump(spec))
+        return path
+
+    return write
