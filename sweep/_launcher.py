@@ -117,13 +117,15 @@ def run_sweep(
     store = SweepStore(out, spec.name)
     done = store.committed()
     pending = deque(t for t in trials if t.trial_id not in done)
-    store.write_text("sweep.yaml", resolved_yaml)
     result = SweepRun(root=store.root, total=len(trials), skipped=len(trials) - len(pending), ran=0)
     if not pending:
+        store.write_text("sweep.yaml", resolved_yaml)
         return result
 
     start_ray(address, workers, runtime_env)
+    # discover before writing anything: a device kind the cluster lacks is a usage error
     plan = discover(devices or spec.devices, ray.cluster_resources(), workers)
+    store.write_text("sweep.yaml", resolved_yaml)
     slots = [_Slot(backend, i) for backend, count in plan for i in range(count)]
     slots = slots[: max(1, len(pending))]
     for slot in slots:

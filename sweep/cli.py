@@ -110,7 +110,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     print(f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}")
     if "://" in args.out:
-        print(f"report: run `ampsweep pull {result.root} DIR` then `ampsweep report DIR/{spec.name}`")
+        print(f"report: copy {result.root} to a local folder DIR, then run `ampsweep report DIR`")
     else:
         _print_top(Path(result.root), args.top)
     return 0
