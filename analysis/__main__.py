@@ -17,9 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         "sweep_dir",
         help="a sweep folder, OUT/<sweep-name> (local path or pyarrow.fs URI)",
     )
-    parser.add_argument(
-        "--out", default=None, help="report folder (default: SWEEP_DIR/report)"
-    )
+    parser.add_argument("--out", default=None, help="report folder (default: SWEEP_DIR/report)")
     args = parser.parse_args(argv)
     path = write_report(args.sweep_dir, args.out)
     print(path)

@@ -21,9 +21,7 @@ def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[
     if not black_list:
         return [f'net = amp.auto_mixed_precision(net, "{amp_level}", dtype={ms_dtype})']
     names = ", ".join(black_list)
-    lines = [
-        f"# {names}: the layer classes from your model (or mindspore.nn) to keep in float32"
-    ]
+    lines = [f"# {names}: the layer classes from your model (or mindspore.nn) to keep in float32"]
     if amp_level == "O1":
         # O1 casts only white-listed types, so "black-listing" means removing them.
         lines.append(
@@ -31,9 +29,7 @@ def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[
             f"if c not in ({names},)], dtype={ms_dtype})"
         )
     elif amp_level == "O3":
-        lines.append(
-            f"net = amp.custom_mixed_precision(net, black_list=[{names}], dtype={ms_dtype})"
-        )
+        lines.append(f"net = amp.custom_mixed_precision(net, black_list=[{names}], dtype={ms_dtype})")
     else:
         lines.append(
             f"net = amp.custom_mixed_precision(net, black_list=amp.get_black_list() + [{names}], "
@@ -47,9 +43,7 @@ def _scaler_line(loss_scale: str) -> str | None:
     if kind == "static":
         return f"loss_scaler = amp.StaticLossScaler({value or 1024})"
     if kind == "dynamic":
-        return (
-            f"loss_scaler = amp.DynamicLossScaler({value or _DYNAMIC_DEFAULT}, 2, 1000)"
-        )
+        return f"loss_scaler = amp.DynamicLossScaler({value or _DYNAMIC_DEFAULT}, 2, 1000)"
     return None
 
 

@@ -72,9 +72,7 @@ def _first_error(errors: pd.Series) -> str:
     return ""
 
 
-def config_scores(
-    scores: pd.DataFrame, layers: dict[str, str] | None = None
-) -> pd.DataFrame:
+def config_scores(scores: pd.DataFrame, layers: dict[str, str] | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
     Only ranked trials are used (equivalent duplicates are not counted twice).
@@ -96,9 +94,7 @@ def config_scores(
         row["n_failed"] = int((group["outcome"] == "failed").sum())
         row["divergence_rate"] = (row["n_diverged"] + row["n_failed"]) / len(group)
         bad = group[group["unstable"]]
-        row["first_nonfinite_step_median"] = (
-            float(bad["first_nonfinite"].median()) if len(bad) else np.nan
-        )
+        row["first_nonfinite_step_median"] = float(bad["first_nonfinite"].median()) if len(bad) else np.nan
         row["error"] = _first_error(group.loc[group["outcome"] == "failed", "error"])
         evidence = [layers[t] for t in bad["trial_id"] if t in layers]
         row["first_nonfinite_layers"] = evidence[0] if evidence else ""
@@ -108,9 +104,7 @@ def config_scores(
             if figure == "steps_to_target":
                 row[f"{name}_median"] = _median_never_counts(values)
             else:
-                row[f"{name}_median"] = (
-                    float(finite.median()) if len(finite) else np.nan
-                )
+                row[f"{name}_median"] = float(finite.median()) if len(finite) else np.nan
             row[f"{name}_min"] = float(finite.min()) if len(finite) else np.nan
             row[f"{name}_max"] = float(finite.max()) if len(finite) else np.nan
         row["n_reached_target"] = int(group["steps_to_target"].notna().sum())

@@ -52,9 +52,7 @@ TRIAL_COLUMNS: dict[str, object] = {
 
 #: Partition key type is pinned to string: hash ids such as ``"0123"`` would
 #: otherwise be inferred as integers and lose their leading zeros.
-TRIAL_PARTITIONING = ds.partitioning(
-    pa.schema([("trial_id", pa.string())]), flavor="hive"
-)
+TRIAL_PARTITIONING = ds.partitioning(pa.schema([("trial_id", pa.string())]), flavor="hive")
 
 
 @dataclass(frozen=True)
@@ -117,13 +115,9 @@ def list_parquet(loc: SweepLocation, sub: str, recursive: bool) -> list[str]:
     """List committed data files only; temporary names are mid-rename and unreadable."""
     if not loc.is_dir(sub):
         return []
-    selector = pafs.FileSelector(
-        loc.join(sub), recursive=recursive, allow_not_found=True
-    )
+    selector = pafs.FileSelector(loc.join(sub), recursive=recursive, allow_not_found=True)
     infos = loc.fs.get_file_info(selector)
-    return sorted(
-        i.path for i in infos if i.type == pafs.FileType.File and _is_data_file(i.path)
-    )
+    return sorted(i.path for i in infos if i.type == pafs.FileType.File and _is_data_file(i.path))
 
 
 def partition_id(path: str, base: str) -> str | None:
@@ -161,19 +155,13 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
         dataset = ds.dataset(files, filesystem=loc.fs, format="parquet")
         schemas = [frag.physical_schema for frag in dataset.get_fragments()]
         schema = pa.unify_schemas(schemas, promote_options="permissive")
-        table = ds.dataset(
-            files, filesystem=loc.fs, format="parquet", schema=schema
-        ).to_table()
+        table = ds.dataset(files, filesystem=loc.fs, format="parquet", schema=schema).to_table()
         frame = table.to_pandas()
     else:
-        frame = pd.DataFrame(
-            {name: pd.Series([], dtype="object") for name in TRIAL_COLUMNS}
-        )
+        frame = pd.DataFrame({name: pd.Series([], dtype="object") for name in TRIAL_COLUMNS})
     for name, dtype in TRIAL_COLUMNS.items():
         if name not in frame.columns:
-            frame[name] = pd.Series(
-                [None] * len(frame), index=frame.index, dtype="object"
-            )
+            frame[name] = pd.Series([None] * len(frame), index=frame.index, dtype="object")
         if name == "black_list":
             continue
         frame[name] = frame[name].astype(dtype)

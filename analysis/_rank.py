@@ -135,11 +135,7 @@ def _silent_reason(row: pd.Series, ref: Fp32Reference) -> str:
                 f"median final loss {_num(final)} > {SILENT_LOSS_FACTOR:g} x FP32 "
                 f"{_num(ref.final_loss)} + {SILENT_LOSS_MARGIN:g}"
             )
-    if (
-        row["n_reached_target"] == 0
-        and ref.reached_target
-        and pd.notna(row["target_median"])
-    ):
+    if row["n_reached_target"] == 0 and ref.reached_target and pd.notna(row["target_median"]):
         return f"never reaches the target loss {_num(row['target_median'])} while FP32 does"
     return ""
 
@@ -177,9 +173,7 @@ def _progress_phrase(row: pd.Series) -> str:
     if np.isfinite(row["steps_to_target_median"]):
         spread = ""
         if row["steps_to_target_min"] != row["steps_to_target_max"]:
-            spread = (
-                f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
-            )
+            spread = f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
         bits.append(
             f"reaches target {_num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
             f"(median{spread})"
@@ -201,18 +195,10 @@ def _description(row: pd.Series, any_stable_mp: bool) -> str:
     clip = clip_phrase(row)
     if tier == TIER_UNSTABLE:
         text = _unstable_phrase(row)
-        return (
-            f"{text}; {clip}"
-            if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL)
-            else text
-        )
+        return f"{text}; {clip}" if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL) else text
     if tier == TIER_SILENT:
         text = f"finite on all {row['n_trials']} {_runs(row)} but learns clearly worse than FP32: {row['silent_reason']} (silent failure)"
-        return (
-            f"{text}; {clip}"
-            if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL)
-            else text
-        )
+        return f"{text}; {clip}" if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL) else text
     progress = _progress_phrase(row)
     head = f"stable on {row['n_trials']}/{row['n_trials']} {_runs(row)}; {clip}"
     if progress:
@@ -231,9 +217,7 @@ def _placement(prev: pd.Series, row: pd.Series) -> str:
     """Name the first criterion that separates this row from the one above it."""
     k = int(prev["rank"])
     if row["_k_tier"] != prev["_k_tier"]:
-        return (
-            f"after #{k} because '{row['stability']}' ranks below '{prev['stability']}'"
-        )
+        return f"after #{k} because '{row['stability']}' ranks below '{prev['stability']}'"
     if row["_k_div"] != prev["_k_div"]:
         return f"after #{k}: more seeds diverged or failed ({_pct(row['_k_div'])} vs {_pct(prev['_k_div'])})"
     if row["_k_clip"] != prev["_k_clip"]:
@@ -274,9 +258,7 @@ def rank_configs(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFram
     frame["tier"] = [t for t, _ in tiers]
     frame["silent_reason"] = [r for _, r in tiers]
     frame["stability"] = frame["tier"].map(TIER_LABELS)
-    frame["clip_class"] = [
-        clip_class(c, r) for c, r in zip(frame["clip"], frame["clip_rate_median"])
-    ]
+    frame["clip_class"] = [clip_class(c, r) for c, r in zip(frame["clip"], frame["clip_rate_median"])]
     frame["clip_label"] = frame["clip_class"].map(CLIP_LABELS)
     frame["_k_tier"] = frame["tier"]
     frame["_k_div"] = frame["divergence_rate"]
@@ -290,9 +272,7 @@ def rank_configs(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFram
     any_stable_mp = bool((frame["tier"] == TIER_STABLE).any())
     frame["recommended"] = False
     if any_stable_mp:
-        frame.loc[
-            int(np.flatnonzero(frame["tier"] == TIER_STABLE)[0]), "recommended"
-        ] = True
+        frame.loc[int(np.flatnonzero(frame["tier"] == TIER_STABLE)[0]), "recommended"] = True
     rules = []
     for i, row in frame.iterrows():
         text = _description(row, any_stable_mp)

@@ -134,9 +134,7 @@ def analyze(sweep_dir: str | Path) -> SweepAnalysis:
     )
 
 
-def top_configs(
-    source: str | Path | SweepAnalysis | pd.DataFrame, n: int = 5
-) -> pd.DataFrame:
+def top_configs(source: str | Path | SweepAnalysis | pd.DataFrame, n: int = 5) -> pd.DataFrame:
     """The first ``n`` ranked configurations, with the columns a terminal table needs."""
     if isinstance(source, SweepAnalysis):
         ranking = source.ranking
@@ -172,11 +170,7 @@ def _cell(value: object, digits: str = ".3g") -> str:
 
 def _describe(row: pd.Series) -> str:
     """A configuration in words, for the recommendation sentence."""
-    level = (
-        "FP32 (AMP level O0)"
-        if row["amp_level"] == "O0"
-        else f"AMP level {row['amp_level']}"
-    )
+    level = "FP32 (AMP level O0)" if row["amp_level"] == "O0" else f"AMP level {row['amp_level']}"
     bits = [f"{level} in {row['dtype']}"]
     if row["amp_level"] != "O0":
         bits.append(
@@ -185,9 +179,7 @@ def _describe(row: pd.Series) -> str:
             else "with the default black list"
         )
     bits.append(
-        "no gradient clipping"
-        if pd.isna(row["clip"])
-        else f"clip by global norm at {float(row['clip'])!r}"
+        "no gradient clipping" if pd.isna(row["clip"]) else f"clip by global norm at {float(row['clip'])!r}"
     )
     bits.append(f"loss scaling: {row['loss_scale']}")
     return ", ".join(bits) + f" (on {row['device_kind']})"
@@ -205,13 +197,9 @@ def _counts_section(a: SweepAnalysis) -> list[str]:
         f"diverged {int(outcome.get('diverged', 0))}, failed {int(outcome.get('failed', 0))})"
     )
     if inv.expected_trials is None:
-        lines.append(
-            "- expected: unknown (no readable `sweep.yaml`), so missing trials cannot be counted"
-        )
+        lines.append("- expected: unknown (no readable `sweep.yaml`), so missing trials cannot be counted")
     else:
-        lines.append(
-            f"- expected from `sweep.yaml`: {inv.expected_trials}; missing: {inv.missing_trials}"
-        )
+        lines.append(f"- expected from `sweep.yaml`: {inv.expected_trials}; missing: {inv.missing_trials}")
     if inv.debris_ids:
         lines.append(
             f"- step data without a `trials/` row (interrupted or still running, ignored): {len(inv.debris_ids)}"
@@ -223,9 +211,7 @@ def _counts_section(a: SweepAnalysis) -> list[str]:
     elif inv.trials_without_steps:
         shown = ", ".join(inv.trials_without_steps[:10])
         more = "" if len(inv.trials_without_steps) <= 10 else ", ..."
-        lines.append(
-            f"- committed trials without step data: {len(inv.trials_without_steps)} ({shown}{more})"
-        )
+        lines.append(f"- committed trials without step data: {len(inv.trials_without_steps)} ({shown}{more})")
     dup = scores[~scores["ranked"]]
     if len(dup):
         lines.append(
@@ -259,13 +245,9 @@ def _next_steps(a: SweepAnalysis) -> list[str]:
         tips.append(
             "try `dtype: [bfloat16]` where the device supports it: float32's exponent range, no overflow at 65504"
         )
-    layers = sorted(
-        {t.split(" @ ")[0] for t in ranking.get("first_nonfinite_layers", []) if t}
-    )
+    layers = sorted({t.split(" @ ")[0] for t in ranking.get("first_nonfinite_layers", []) if t})
     if layers:
-        tips.append(
-            f"black-list the layers whose gradients went non-finite first: {'; '.join(layers)}"
-        )
+        tips.append(f"black-list the layers whose gradients went non-finite first: {'; '.join(layers)}")
     if (ranking["tier"] == _rank.TIER_SILENT).any():
         tips.append(
             "finite-but-worse runs usually overflow a normalisation's variance or a softmax/exp: "
@@ -273,11 +255,7 @@ def _next_steps(a: SweepAnalysis) -> list[str]:
         )
     if (ranking["clip_class"] == _rank.CLIP_TOO_SMALL).any():
         p90 = scores.loc[scores["reference"], "p90_grad_norm"].median()
-        hint = (
-            f" (90th percentile of the FP32 pre-clip norm: {p90:.3g})"
-            if np.isfinite(p90)
-            else ""
-        )
+        hint = f" (90th percentile of the FP32 pre-clip norm: {p90:.3g})" if np.isfinite(p90) else ""
         tips.append(f"raise the clip thresholds that fire on nearly every step{hint}")
     if "O1" not in set(scores["amp_level"]):
         tips.append("try `amp_level: [O1]`, which casts only matmul/conv-type layers")
@@ -339,11 +317,7 @@ def _ranking_table(ranking: pd.DataFrame) -> list[str]:
         "|" + "---|" * len(headers),
     ]
     for _, r in ranking.iterrows():
-        flag = (
-            " (recommended)"
-            if r["recommended"]
-            else (" (FP32 baseline)" if r["baseline"] else "")
-        )
+        flag = " (recommended)" if r["recommended"] else (" (FP32 baseline)" if r["baseline"] else "")
         cells = [
             f"{r['rank']}{flag}",
             r["amp_level"],
@@ -354,14 +328,10 @@ def _ranking_table(ranking: pd.DataFrame) -> list[str]:
             r["device_kind"],
             r["n_trials"],
             f"{r['n_diverged'] + r['n_failed']}/{r['n_trials']}",
-            "-"
-            if pd.isna(r["clip_rate_median"])
-            else f"{r['clip_rate_median'] * 100:.0f} %",
+            "-" if pd.isna(r["clip_rate_median"]) else f"{r['clip_rate_median'] * 100:.0f} %",
             _cell(r["steps_to_target_median"], ".0f"),
             _cell(r["final_loss_median"]),
-            "-"
-            if pd.isna(r["speed_vs_fp32_median"])
-            else f"{r['speed_vs_fp32_median']:.2f}x",
+            "-" if pd.isna(r["speed_vs_fp32_median"]) else f"{r['speed_vs_fp32_median']:.2f}x",
             r["rule"],
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -451,15 +421,9 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Pa
     folder is a URI or read-only.
     """
     if out_dir is None and "://" in str(sweep_dir):
-        raise ValueError(
-            f"{sweep_dir} is a URI: pass out_dir, a local folder for the report"
-        )
+        raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")
     analysis = analyze(sweep_dir)
-    target = (
-        Path(out_dir)
-        if out_dir is not None
-        else Path(resolve(sweep_dir).root) / "report"
-    )
+    target = Path(out_dir) if out_dir is not None else Path(resolve(sweep_dir).root) / "report"
     _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
     report = target / "report.md"
     _atomic_write(report, render_markdown(analysis))

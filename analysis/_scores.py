@@ -49,9 +49,7 @@ def ranked_trials(trials: pd.DataFrame) -> pd.Series:
     altogether on a partial sweep.
     """
     committed = set(trials["trial_id"])
-    duplicate = trials["equivalent_to"].notna() & trials["equivalent_to"].isin(
-        committed
-    )
+    duplicate = trials["equivalent_to"].notna() & trials["equivalent_to"].isin(committed)
     return ~duplicate
 
 
@@ -85,9 +83,7 @@ def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return steps["final_loss_steps"].fillna(trials["final_loss"])
 
 
-def trial_scores(
-    sweep_dir: str | Path, trials: pd.DataFrame | None = None
-) -> pd.DataFrame:
+def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return the trials table with every per-trial score added.
 
     Added columns: ``ranked``, ``reference``, ``target``, ``target_source``,
@@ -105,9 +101,7 @@ def trial_scores(
     given = trials["target_loss"]
     phase1 = {t: g for t, g, o in zip(trials["trial_id"], given, is_o0) if o}
     steps = aggregate_steps(sweep_dir, phase1)
-    steps = (
-        steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
-    )
+    steps = steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
     baseline_final = _baseline_finals(trials, _final_loss(trials, steps))
 
     derived = TARGET_FROM_FP32 * baseline_final
@@ -125,23 +119,15 @@ def trial_scores(
         again = aggregate_steps(sweep_dir, phase2).set_index("trial_id")
         positions = trials.index[trials["trial_id"].isin(again.index)]
         for column in again.columns:
-            steps.loc[positions, column] = again.loc[
-                trials.loc[positions, "trial_id"], column
-            ].to_numpy()
+            steps.loc[positions, column] = again.loc[trials.loc[positions, "trial_id"], column].to_numpy()
 
     scores = pd.concat([trials, steps], axis=1)
     scores["final"] = _final_loss(trials, steps)
-    scores["first_nonfinite"] = trials["first_nonfinite_step"].fillna(
-        steps["first_nonfinite_step_seen"]
-    )
+    scores["first_nonfinite"] = trials["first_nonfinite_step"].fillna(steps["first_nonfinite_step_seen"])
     with np.errstate(divide="ignore", invalid="ignore"):
-        rate = steps["clipped_steps"] / steps["finite_steps"].where(
-            steps["finite_steps"] > 0
-        )
+        rate = steps["clipped_steps"] / steps["finite_steps"].where(steps["finite_steps"] > 0)
         scores["clip_rate"] = rate.where(trials["clip"].notna())
-        scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(
-            steps["median_step_ms"] > 0
-        )
+        scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(steps["median_step_ms"] > 0)
     scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
     scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
     return scores
@@ -149,15 +135,9 @@ def trial_scores(
 
 def _speed_vs_fp32(scores: pd.DataFrame) -> pd.Series:
     ref = scores["reference"] & scores["median_step_ms"].gt(0)
-    base = (
-        scores.loc[ref]
-        .groupby(["workload", "device_kind"], dropna=False)["median_step_ms"]
-        .median()
-    )
+    base = scores.loc[ref].groupby(["workload", "device_kind"], dropna=False)["median_step_ms"].median()
     out = []
-    for workload, kind, ms in zip(
-        scores["workload"], scores["device_kind"], scores["median_step_ms"]
-    ):
+    for workload, kind, ms in zip(scores["workload"], scores["device_kind"], scores["median_step_ms"]):
         base_ms = base.get((workload, kind), np.nan)
         out.append(base_ms / ms if ms and ms > 0 else np.nan)
     return pd.Series(out, index=scores.index, dtype="float64")
@@ -168,9 +148,7 @@ def fp32_reference(scores: pd.DataFrame) -> Fp32Reference:
     ref = scores[scores["reference"]]
     finals = ref["final"][np.isfinite(ref["final"])]
     with_target = ref[ref["target"].notna()]
-    reached = (
-        bool(len(with_target)) and with_target["steps_to_target"].notna().mean() >= 0.5
-    )
+    reached = bool(len(with_target)) and with_target["steps_to_target"].notna().mean() >= 0.5
     return Fp32Reference(
         final_loss=float(finals.median()) if len(finals) else float("nan"),
         reached_target=reached,

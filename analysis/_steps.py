@@ -110,9 +110,7 @@ class TrialAccumulator:
         n = len(step)
         if n == 0:
             return True
-        if (self._last_step is not None and step[0] <= self._last_step) or bool(
-            np.any(np.diff(step) <= 0)
-        ):
+        if (self._last_step is not None and step[0] <= self._last_step) or bool(np.any(np.diff(step) <= 0)):
             return False
         loss = cols["loss"]
         loss_ok = np.isfinite(loss)
@@ -146,14 +144,10 @@ class TrialAccumulator:
             # Chunked so the (rows x window) median copy stays bounded.
             for start in range(0, len(seq) - SPIKE_WINDOW, BATCH_ROWS):
                 stop = min(start + BATCH_ROWS, len(seq) - SPIKE_WINDOW)
-                windows = sliding_window_view(
-                    seq[start : stop + SPIKE_WINDOW - 1], SPIKE_WINDOW
-                )
+                windows = sliding_window_view(seq[start : stop + SPIKE_WINDOW - 1], SPIKE_WINDOW)
                 median = np.median(windows, axis=1)
                 current = seq[start + SPIKE_WINDOW : stop + SPIKE_WINDOW]
-                self._spikes += int(
-                    ((median > 0) & (current > SPIKE_FACTOR * median)).sum()
-                )
+                self._spikes += int(((median > 0) & (current > SPIKE_FACTOR * median)).sum())
         self._spike_prev = seq[-SPIKE_WINDOW:].copy()
 
     def _find_target(self, loss: np.ndarray) -> None:
@@ -181,16 +175,10 @@ class TrialAccumulator:
             "finite_steps": float(self._rows - self._bad),
             "skipped_steps": float(self._skipped),
             "clipped_steps": float(self._clipped),
-            "first_nonfinite_step_seen": nan
-            if self._first_bad is None
-            else float(self._first_bad),
+            "first_nonfinite_step_seen": nan if self._first_bad is None else float(self._first_bad),
             "loss_spikes": float(self._spikes),
-            "steps_to_target": nan
-            if self._to_target is None
-            else float(self._to_target),
-            "final_loss_steps": self._final_sum / self._final_n
-            if self._final_n
-            else nan,
+            "steps_to_target": nan if self._to_target is None else float(self._to_target),
+            "final_loss_steps": self._final_sum / self._final_n if self._final_n else nan,
             "median_step_ms": float(np.median(step_ms)) if step_ms.size else nan,
             "median_grad_norm": float(np.median(grad)) if grad.size else nan,
             "p90_grad_norm": float(np.quantile(grad, 0.9)) if grad.size else nan,
@@ -205,15 +193,11 @@ def _batch_arrays(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name in STEP_COLUMNS:
         if name not in names:
-            out[name] = (
-                np.zeros(n, bool) if name in _BOOL_COLUMNS else np.full(n, np.nan)
-            )
+            out[name] = np.zeros(n, bool) if name in _BOOL_COLUMNS else np.full(n, np.nan)
             continue
         col = batch.column(name)
         if name in _BOOL_COLUMNS:
-            out[name] = pc.fill_null(col.cast(pa.bool_()), False).to_numpy(
-                zero_copy_only=False
-            )
+            out[name] = pc.fill_null(col.cast(pa.bool_()), False).to_numpy(zero_copy_only=False)
         elif name == "step":
             out[name] = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
         else:
@@ -221,17 +205,11 @@ def _batch_arrays(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
     return out
 
 
-def _fragments_by_trial(
-    sweep_dir: str | Path, sub: str, wanted: set[str]
-) -> dict[str, list]:
+def _fragments_by_trial(sweep_dir: str | Path, sub: str, wanted: set[str]) -> dict[str, list]:
     """Fragments of committed trials only; debris is never opened."""
     loc = resolve(sweep_dir)
     base = loc.join(sub)
-    files = [
-        p
-        for p in list_parquet(loc, sub, recursive=True)
-        if partition_id(p, base) in wanted
-    ]
+    files = [p for p in list_parquet(loc, sub, recursive=True) if partition_id(p, base) in wanted]
     if not files:
         return {}
     dataset = ds.dataset(
@@ -256,16 +234,12 @@ def _fragment_batches(fragments: list) -> Iterator[pa.RecordBatch]:
 
 def _sorted_batches(fragments: list) -> Iterator[pa.RecordBatch]:
     """Fallback for out-of-order or duplicated steps: one trial, sorted, last write wins."""
-    frames = [
-        pa.Table.from_batches([b]).to_pandas() for b in _fragment_batches(fragments)
-    ]
+    frames = [pa.Table.from_batches([b]).to_pandas() for b in _fragment_batches(fragments)]
     frames = [f for f in frames if len(f)]
     if not frames:
         return
     frame = pd.concat(frames, ignore_index=True)
-    frame = frame.drop_duplicates("step", keep="last").sort_values(
-        "step", kind="stable"
-    )
+    frame = frame.drop_duplicates("step", keep="last").sort_values("step", kind="stable")
     table = pa.Table.from_pandas(frame, preserve_index=False)
     yield from table.to_batches(max_chunksize=BATCH_ROWS)
 
@@ -283,9 +257,7 @@ def _aggregate_trial(fragments: list, target: float) -> dict[str, float]:
     return acc.result()
 
 
-def aggregate_steps(
-    sweep_dir: str | Path, targets: Mapping[str, float]
-) -> pd.DataFrame:
+def aggregate_steps(sweep_dir: str | Path, targets: Mapping[str, float]) -> pd.DataFrame:
     """Scan ``steps/`` for the given trials and return one row of scores each.
 
     ``targets`` maps each trial id to scan onto its target loss (NaN = none);
@@ -303,14 +275,10 @@ def aggregate_steps(
             values = {name: float("nan") for name in STEP_SCORE_COLUMNS}
         rows.append({"trial_id": trial_id, **values})
     frame = pd.DataFrame(rows, columns=["trial_id", *STEP_SCORE_COLUMNS])
-    return frame.astype(
-        {"trial_id": "str", **{name: "float64" for name in STEP_SCORE_COLUMNS}}
-    )
+    return frame.astype({"trial_id": "str", **{name: "float64" for name in STEP_SCORE_COLUMNS}})
 
 
-def first_nonfinite_layers(
-    sweep_dir: str | Path, trial_ids: list[str]
-) -> dict[str, str]:
+def first_nonfinite_layers(sweep_dir: str | Path, trial_ids: list[str]) -> dict[str, str]:
     """Layers whose gradients went non-finite first, per trial, as evidence.
 
     Streams the (optional) ``layers`` table with a predicate, so only anomaly
@@ -321,13 +289,9 @@ def first_nonfinite_layers(
     predicate = pc.field("nonfinite") > 0
     for trial_id, fragments in grouped.items():
         for fragment in fragments:
-            if not {"step", "layer", "nonfinite"} <= set(
-                fragment.physical_schema.names
-            ):
+            if not {"step", "layer", "nonfinite"} <= set(fragment.physical_schema.names):
                 continue
-            for batch in fragment.to_batches(
-                columns=["step", "layer"], filter=predicate
-            ):
+            for batch in fragment.to_batches(columns=["step", "layer"], filter=predicate):
                 if batch.num_rows == 0:
                     continue
                 steps = batch.column("step").to_numpy(zero_copy_only=False)
@@ -338,12 +302,7 @@ def first_nonfinite_layers(
                     best = (first, set())
                 if first == best[0]:
                     best[1].update(
-                        str(lay)
-                        for s, lay in zip(steps, layers)
-                        if s == first and lay is not None
+                        str(lay) for s, lay in zip(steps, layers) if s == first and lay is not None
                     )
                 found[trial_id] = best
-    return {
-        tid: f"{', '.join(sorted(names))} @ step {step}"
-        for tid, (step, names) in found.items()
-    }
+    return {tid: f"{', '.join(sorted(names))} @ step {step}" for tid, (step, names) in found.items()}

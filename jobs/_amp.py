@@ -18,11 +18,7 @@ def mindspore_nn_cell_names() -> dict[str, type]:
     """Every Cell class that ``mindspore.nn`` exports, by name."""
     from mindspore import nn
 
-    return {
-        name: obj
-        for name, obj in vars(nn).items()
-        if inspect.isclass(obj) and issubclass(obj, nn.Cell)
-    }
+    return {name: obj for name, obj in vars(nn).items() if inspect.isclass(obj) and issubclass(obj, nn.Cell)}
 
 
 def network_cell_types(cells: Iterable[Any]) -> dict[str, type]:

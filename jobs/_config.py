@@ -80,7 +80,4 @@ class TrialConfig:
     def label(self) -> str:
         black = "+".join(self.black_list) or "-"
         clip = "off" if self.clip is None else f"{self.clip:g}"
-        return (
-            f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} "
-            f"{self.dtype} seed={self.seed}"
-        )
+        return f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} {self.dtype} seed={self.seed}"

@@ -79,8 +79,7 @@ def _make_scaler(loss_scale: str) -> Any:
 def _check_device_support(config: TrialConfig, device_target: str) -> None:
     if config.dtype == "bfloat16" and config.amp_level != "O0" and device_target == "CPU":
         raise UnsupportedCombination(
-            "bfloat16 is not supported by MindSpore's CPU backend; "
-            "run this trial on Ascend or GPU."
+            "bfloat16 is not supported by MindSpore's CPU backend; run this trial on Ascend or GPU."
         )
 
 
@@ -140,9 +139,7 @@ class CompiledStep:
                 loss = ops.depend(loss, scaler.adjust(finite))
             else:
                 loss = ops.depend(loss, optimizer(clipped_grads))
-            head = ops.stack(
-                [loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale]
-            )
+            head = ops.stack([loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale])
             return ops.concat([head, ops.sqrt(squares), absmax, bad])
 
         self._step = ms.jit(train_step)
@@ -174,12 +171,14 @@ def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
 
 
 def _final_loss(loss: np.ndarray) -> float | None:
-    tail = loss[-max(1, len(loss) // 10):]
+    tail = loss[-max(1, len(loss) // 10) :]
     tail = tail[np.isfinite(tail)]
     return float(tail.mean()) if len(tail) else None
 
 
-def _train(config: TrialConfig, workload: Workload, step: CompiledStep) -> tuple[TrialMetrics, float, int | None]:
+def _train(
+    config: TrialConfig, workload: Workload, step: CompiledStep
+) -> tuple[TrialMetrics, float, int | None]:
     from mindspore import ops
 
     clip = step.clip_tensor(config.clip)

@@ -156,7 +156,9 @@ class TrialWorker:
     def info(self) -> dict[str, Any]:
         return dict(self.placement, pid=os.getpid())
 
-    def run(self, config: TrialConfig, workload_ref: str, sweep: str, equivalent_to: str | None) -> TrialRecord:
+    def run(
+        self, config: TrialConfig, workload_ref: str, sweep: str, equivalent_to: str | None
+    ) -> TrialRecord:
         from ._trainer import run_trial
 
         outcome = run_trial(config, workload_ref, _MINDSPORE_TARGET[self.compute_on])

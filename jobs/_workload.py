@@ -69,8 +69,7 @@ def split_reference(reference: str) -> tuple[str, str]:
     module_part, sep, attr = reference.rpartition(":")
     if not sep or not module_part or not attr.isidentifier():
         raise WorkloadError(
-            f"workload: {reference!r} is not of the form 'package.module:make' "
-            "or 'path/to/file.py:make'"
+            f"workload: {reference!r} is not of the form 'package.module:make' or 'path/to/file.py:make'"
         )
     return module_part, attr
 

@@ -74,10 +74,14 @@ def _new_actor(slot: _Slot, compute_on: str | None) -> Any:
     remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
     kind = slot.backend.kind
     compute = compute_on or kind
-    return remote.remote(slot.index, kind, compute, slot.backend.cpu_core(slot.index) if compute == "cpu" else None)
+    return remote.remote(
+        slot.index, kind, compute, slot.backend.cpu_core(slot.index) if compute == "cpu" else None
+    )
 
 
-def _failed_record(config: TrialConfig, sweep: str, equivalent_to: str | None, error: str, slot: _Slot) -> Any:
+def _failed_record(
+    config: TrialConfig, sweep: str, equivalent_to: str | None, error: str, slot: _Slot
+) -> Any:
     from jobs._trainer import TrialOutcome
     from jobs._worker import to_record
 

@@ -18,7 +18,9 @@ from ._errors import SpecError
 
 AmpLevel = Literal["O0", "O1", "O2", "O3"]
 DType = Literal["float16", "bfloat16"]
-_LOSS_SCALE = re.compile(r"^(none|dynamic|dynamic:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|static:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$")
+_LOSS_SCALE = re.compile(
+    r"^(none|dynamic|dynamic:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|static:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$"
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 LOSS_SCALE_ALLOWED = "allowed: none, static:<value>, dynamic or dynamic:<initial scale>"
 

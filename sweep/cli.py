@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, help="output folder or pyarrow.fs URI (s3://, gs://, hdfs://)")
     run.add_argument("--workers", type=_positive_int, default=None, help="CPU actors (default: one per core)")
     run.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
-    run.add_argument("--devices", choices=("auto", *DEVICE_KINDS), default=None, help="override the spec's devices")
+    run.add_argument(
+        "--devices", choices=("auto", *DEVICE_KINDS), default=None, help="override the spec's devices"
+    )
     run.add_argument("--compute-on", choices=("cpu",), default=None, help="keep scheduling, compute on CPU")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument("--top", type=_positive_int, default=8, help="ranking rows to print")
@@ -68,8 +70,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     spec, _, _ = _load(args.spec)
     trials = expand_grid(spec)
     equivalent = equivalents(trials)
-    print(f"{spec.name}: {len(trials)} trials, {count_graphs(trials)} distinct compiled graphs, "
-          f"{len(equivalent)} equivalent to another trial")
+    print(
+        f"{spec.name}: {len(trials)} trials, {count_graphs(trials)} distinct compiled graphs, "
+        f"{len(equivalent)} equivalent to another trial"
+    )
     for trial in trials:
         note = f"  (same as {equivalent[trial.trial_id]})" if trial.trial_id in equivalent else ""
         print(f"{trial.trial_id}  graph {trial.graph_id}  {trial.label}{note}")
@@ -108,7 +112,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
-    print(f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}")
+    print(
+        f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
+    )
     if "://" in args.out:
         print(f"report: copy {result.root} to a local folder DIR, then run `ampsweep report DIR`")
     else:

@@ -30,7 +30,12 @@ def write_spec(tmp_path: Path):
             "name": "tiny",
             "workload": f"{TINY}:make",
             "steps": 20,
-            "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Scaler"]], "clip": [None, 1.0], "seed": [0]},
+            "grid": {
+                "amp_level": ["O0", "O2"],
+                "black_list": [[], ["Scaler"]],
+                "clip": [None, 1.0],
+                "seed": [0],
+            },
         }
         for key, value in (overrides or {}).items():
             if key == "grid":

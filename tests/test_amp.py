@@ -14,7 +14,10 @@ def _cast(level: str, black: tuple[str, ...]):
     workload = build_workload("jobs.workloads.seed_repro:make", 0, {"hidden": 8})
     known = known_layer_types([workload.network, workload.loss_fn])
     cell = apply_amp(
-        NetworkWithLoss(workload.network, workload.loss_fn), level, resolve_black_list(black, known), "float16"
+        NetworkWithLoss(workload.network, workload.loss_fn),
+        level,
+        resolve_black_list(black, known),
+        "float16",
     )
     return cell, workload
 
@@ -83,4 +86,11 @@ def test_o2_black_list_extends_mindspore_default(monkeypatch):
 def test_black_list_names_come_from_network_and_mindspore_nn():
     workload = build_workload("jobs.workloads.seed_repro:make", 0, {"hidden": 8})
     known = known_layer_types([workload.network, workload.loss_fn])
-    assert {"CustomNorm", "Classifier", "SoftmaxCrossEntropyWithLogits", "Dense", "LayerNorm", "GroupNorm"} <= set(known)
+    assert {
+        "CustomNorm",
+        "Classifier",
+        "SoftmaxCrossEntropyWithLogits",
+        "Dense",
+        "LayerNorm",
+        "GroupNorm",
+    } <= set(known)

@@ -87,9 +87,7 @@ def write_steps(
             "grad_norm": grad,
             "clipped": clipped,
             "nonfinite": nonfinite,
-            "skipped": np.zeros(n, bool)
-            if skipped is None
-            else np.asarray(skipped, bool),
+            "skipped": np.zeros(n, bool) if skipped is None else np.asarray(skipped, bool),
             "loss_scale": np.ones(n),
             "step_ms": np.broadcast_to(np.asarray(step_ms, dtype=float), (n,)).copy(),
         },
@@ -181,9 +179,7 @@ def build_ranked_sweep(root: Path) -> None:
     """FP32 baseline, an in-band clip config, a clip-every-step config, a silent
     failure, a diverging config, a failing config, O0 duplicates and debris."""
     for seed in range(3):
-        write_trial(
-            root, f"base{seed}", loss=CURVE, amp_level="O0", seed=seed, step_ms=20.0
-        )
+        write_trial(root, f"base{seed}", loss=CURVE, amp_level="O0", seed=seed, step_ms=20.0)
         write_trial(
             root,
             f"dup{seed}",
@@ -213,9 +209,7 @@ def build_ranked_sweep(root: Path) -> None:
             seed=seed,
             grad_norm=np.full(STEPS, 0.5),
         )
-        write_trial(
-            root, f"flat{seed}", loss=np.full(STEPS, 2.3), amp_level="O1", seed=seed
-        )
+        write_trial(root, f"flat{seed}", loss=np.full(STEPS, 2.3), amp_level="O1", seed=seed)
         nan_from_50 = np.where(np.arange(STEPS) < 50, CURVE, np.nan)[:60]
         write_trial(root, f"div{seed}", loss=nan_from_50, amp_level="O3", seed=seed)
         write_trial(
@@ -370,9 +364,7 @@ def _reference_scores(loss: np.ndarray, target: float) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("shuffled", [False, True])
-def test_streaming_matches_reference_across_batches(
-    tmp_path: Path, monkeypatch, shuffled: bool
-) -> None:
+def test_streaming_matches_reference_across_batches(tmp_path: Path, monkeypatch, shuffled: bool) -> None:
     rng = np.random.default_rng(0)
     n = 997
     loss = np.exp(-np.arange(n) / 300) + rng.gamma(1.0, 0.05, n)
@@ -380,9 +372,7 @@ def test_streaming_matches_reference_across_batches(
     loss[rng.choice(n, 7, replace=False)] = np.nan
     order = rng.permutation(n) if shuffled else None
     write_trial(tmp_path, "s", loss=loss, target_loss=0.3, order=order)
-    monkeypatch.setattr(
-        _steps, "BATCH_ROWS", 37
-    )  # many batch boundaries inside every window
+    monkeypatch.setattr(_steps, "BATCH_ROWS", 37)  # many batch boundaries inside every window
     got = analysis.aggregate_steps(tmp_path, {"s": 0.3}).set_index("trial_id").loc["s"]
     want = _reference_scores(loss, 0.3)
     assert got["loss_spikes"] == want["loss_spikes"] > 0
@@ -398,9 +388,7 @@ def test_partial_sweep(tmp_path: Path) -> None:
         "name: partial\ngrid:\n  amp_level: [O0, O2]\n  clip: [null, 1.0]\n  seed: [0]\n"
     )
     write_trial(root, "a", loss=CURVE, amp_level="O0")
-    write_trial(
-        root, "b", amp_level="O2", clip=1.0, outcome="completed"
-    )  # row, but no steps yet
+    write_trial(root, "b", amp_level="O2", clip=1.0, outcome="completed")  # row, but no steps yet
     write_steps(root, "c", CURVE)  # steps, but no row yet
     (root / "steps" / "trial_id=c" / ".part-1.parquet.tmp").write_bytes(b"half written")
     a = analysis.analyze(root)
@@ -443,10 +431,7 @@ def test_write_report_files(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# ampsweep report: unit-sweep")
     assert "committed: 21 (completed 15, diverged 3, failed 3)" in text
-    assert (
-        "amp.custom_mixed_precision(net, black_list=amp.get_black_list() + [CustomNorm]"
-        in text
-    )
+    assert "amp.custom_mixed_precision(net, black_list=amp.get_black_list() + [CustomNorm]" in text
     assert "ops.minimum(clip / (norm + 1e-6), 1.0)" in text
     assert "`fail0`" in text and "RuntimeError: Out of memory on device 0" in text
     csv = pd.read_csv(root / "report" / "ranking.csv")
@@ -465,10 +450,7 @@ def test_snippets() -> None:
         "loss_scale": "none",
         "dtype": "float16",
     }
-    assert (
-        'amp.auto_mixed_precision(net, "O2", dtype=mstype.float16)'
-        in analysis.mindspore_snippet(row)
-    )
+    assert 'amp.auto_mixed_precision(net, "O2", dtype=mstype.float16)' in analysis.mindspore_snippet(row)
     row = {**row, "loss_scale": "dynamic", "clip": 1.0, "dtype": "bfloat16"}
     code = analysis.mindspore_snippet(row)
     assert "amp.DynamicLossScaler(" in code and "loss_scaler.adjust(is_finite)" in code

@@ -35,7 +35,13 @@ def _spec(tmp_path: Path, workload: str, **grid) -> Path:
         "workload": workload,
         "steps": 20,
         "abort_after": 3,
-        "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Scaler"]], "clip": [None, 1.0], "seed": [0], **grid},
+        "grid": {
+            "amp_level": ["O0", "O2"],
+            "black_list": [[], ["Scaler"]],
+            "clip": [None, 1.0],
+            "seed": [0],
+            **grid,
+        },
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -98,7 +104,18 @@ def test_a_killed_driver_loses_no_finished_trial(tmp_path):
     spec.write_text(spec.read_text().replace("steps: 20", "steps: 150"))
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "run", str(spec), "--out", str(out), "--workers", "2", "--no-progress"],
+        [
+            sys.executable,
+            "-m",
+            "sweep",
+            "run",
+            str(spec),
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -126,8 +143,15 @@ def test_a_killed_driver_loses_no_finished_trial(tmp_path):
 def test_seed_repro_reproduces_the_reported_failure(seed):
     def run(level: str, black: tuple[str, ...], clip: float | None):
         config = TrialConfig(
-            workload="jobs.workloads.seed_repro:make", steps=300, abort_after=10, amp_level=level,
-            black_list=black, clip=clip, loss_scale="none", dtype="float16", seed=seed,
+            workload="jobs.workloads.seed_repro:make",
+            steps=300,
+            abort_after=10,
+            amp_level=level,
+            black_list=black,
+            clip=clip,
+            loss_scale="none",
+            dtype="float16",
+            seed=seed,
         )
         return run_trial(config, config.workload)
 

@@ -68,7 +68,12 @@ def _spec(grid: dict) -> object:
 
 def test_grid_is_the_product_without_duplicates():
     spec = _spec(
-        {"amp_level": ["O0", "O2"], "black_list": [[], ["CustomNorm"], ["CustomNorm"]], "clip": [None, 1.0], "seed": [0, 1]}
+        {
+            "amp_level": ["O0", "O2"],
+            "black_list": [[], ["CustomNorm"], ["CustomNorm"]],
+            "clip": [None, 1.0],
+            "seed": [0, 1],
+        }
     )
     trials = expand_grid(spec)
     assert len(trials) == 2 * 2 * 2 * 2
@@ -78,7 +83,9 @@ def test_grid_is_the_product_without_duplicates():
 
 
 def test_black_list_under_o0_is_marked_equivalent():
-    trials = expand_grid(_spec({"amp_level": ["O0", "O2"], "black_list": [[], ["CustomNorm"]], "seed": [0, 1]}))
+    trials = expand_grid(
+        _spec({"amp_level": ["O0", "O2"], "black_list": [[], ["CustomNorm"]], "seed": [0, 1]})
+    )
     marked = equivalents(trials)
     by_id = {t.trial_id: t for t in trials}
     assert len(marked) == 2

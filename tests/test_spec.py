@@ -31,7 +31,9 @@ BAD_SPECS = [
 
 
 @pytest.mark.parametrize(("overrides", "field", "value", "allowed"), BAD_SPECS)
-def test_bad_spec_is_one_line_with_field_value_and_allowed(write_spec, tmp_path, capsys, overrides, field, value, allowed):
+def test_bad_spec_is_one_line_with_field_value_and_allowed(
+    write_spec, tmp_path, capsys, overrides, field, value, allowed
+):
     out = tmp_path / "out"
     code = main(["run", str(write_spec(overrides)), "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
@@ -74,7 +76,15 @@ def test_bad_cli_flag_exits_2(write_spec):
 def test_real_process_exit_code_and_no_traceback(write_spec, tmp_path):
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "sweep", "run", str(write_spec({"grid": {"amp_level": ["O9"]}})), "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "sweep",
+            "run",
+            str(write_spec({"grid": {"amp_level": ["O9"]}})),
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
     )

@@ -18,21 +18,48 @@ README = Path(__file__).parent.parent / "README.md"
 
 PINNED = {
     "trials": [
-        ("trial_id", "string"), ("sweep", "string"), ("workload", "string"), ("graph_id", "string"),
-        ("amp_level", "string"), ("black_list", "list<item: string>"), ("clip", "double"),
-        ("loss_scale", "string"), ("dtype", "string"), ("seed", "int64"), ("steps", "int64"),
-        ("outcome", "string"), ("steps_run", "int64"), ("first_nonfinite_step", "int64"),
-        ("final_loss", "double"), ("target_loss", "double"), ("equivalent_to", "string"),
-        ("error", "string"), ("traceback", "string"), ("wall_s", "double"), ("compile_s", "double"),
-        ("device_kind", "string"), ("node", "string"), ("device_id", "string"), ("worker_index", "int64"),
+        ("trial_id", "string"),
+        ("sweep", "string"),
+        ("workload", "string"),
+        ("graph_id", "string"),
+        ("amp_level", "string"),
+        ("black_list", "list<item: string>"),
+        ("clip", "double"),
+        ("loss_scale", "string"),
+        ("dtype", "string"),
+        ("seed", "int64"),
+        ("steps", "int64"),
+        ("outcome", "string"),
+        ("steps_run", "int64"),
+        ("first_nonfinite_step", "int64"),
+        ("final_loss", "double"),
+        ("target_loss", "double"),
+        ("equivalent_to", "string"),
+        ("error", "string"),
+        ("traceback", "string"),
+        ("wall_s", "double"),
+        ("compile_s", "double"),
+        ("device_kind", "string"),
+        ("node", "string"),
+        ("device_id", "string"),
+        ("worker_index", "int64"),
         ("finished_at", "timestamp[ms, tz=UTC]"),
     ],
     "steps": [
-        ("step", "int64"), ("loss", "double"), ("grad_norm", "double"), ("clipped", "bool"),
-        ("nonfinite", "bool"), ("skipped", "bool"), ("loss_scale", "double"), ("step_ms", "double"),
+        ("step", "int64"),
+        ("loss", "double"),
+        ("grad_norm", "double"),
+        ("clipped", "bool"),
+        ("nonfinite", "bool"),
+        ("skipped", "bool"),
+        ("loss_scale", "double"),
+        ("step_ms", "double"),
     ],
     "layers": [
-        ("step", "int64"), ("layer", "string"), ("grad_norm", "double"), ("grad_absmax", "double"),
+        ("step", "int64"),
+        ("layer", "string"),
+        ("grad_norm", "double"),
+        ("grad_absmax", "double"),
         ("nonfinite", "int64"),
     ],
 }
@@ -53,8 +80,16 @@ PLACEMENT = {"device_kind": "cpu", "node": "n", "device_id": "", "worker_index":
 
 def _record(clip: float | None = 0.5, steps: int = 12, seed: int = 0):
     config = TrialConfig(
-        workload="tests.linear_workload:make", steps=steps, abort_after=3, amp_level="O0", black_list=(),
-        clip=clip, loss_scale="none", dtype="float16", seed=seed, layer_every=5,
+        workload="tests.linear_workload:make",
+        steps=steps,
+        abort_after=3,
+        amp_level="O0",
+        black_list=(),
+        clip=clip,
+        loss_scale="none",
+        dtype="float16",
+        seed=seed,
+        layer_every=5,
     )
     outcome = run_trial(config, config.workload)
     return config, to_record(config, outcome, sweep="s", equivalent_to=None, placement=PLACEMENT)
@@ -74,7 +109,9 @@ def test_round_trip_through_pyarrow_dataset_and_pandas(tmp_path):
         assert sorted(group["step"]) == list(range(12)), trial_id
     frame = pd.read_parquet(tmp_path / "s" / "steps")
     assert len(frame) == 24 and set(frame["trial_id"].astype(str)) == store.committed()
-    layers = ds.dataset(tmp_path / "s" / "layers", format="parquet", partitioning="hive").to_table().to_pandas()
+    layers = (
+        ds.dataset(tmp_path / "s" / "layers", format="parquet", partitioning="hive").to_table().to_pandas()
+    )
     one = layers[layers["trial_id"] == records[0].trial_id]
     # sampled every 5 steps, plus every clipped step (clip 0.5 fires often here)
     clipped = set(steps[(steps["trial_id"] == records[0].trial_id) & steps["clipped"]]["step"])

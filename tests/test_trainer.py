@@ -14,8 +14,15 @@ LINEAR = "tests.linear_workload:make"
 
 def _config(clip: float | None, **overrides) -> TrialConfig:
     values = dict(
-        workload=LINEAR, steps=3, abort_after=2, amp_level="O0", black_list=(), clip=clip,
-        loss_scale="none", dtype="float16", seed=0,
+        workload=LINEAR,
+        steps=3,
+        abort_after=2,
+        amp_level="O0",
+        black_list=(),
+        clip=clip,
+        loss_scale="none",
+        dtype="float16",
+        seed=0,
     )
     values.update(overrides)
     return TrialConfig(**values)

@@ -11,7 +11,9 @@ from .gpu import GpuBackend
 DEVICE_KINDS = ("ascend", "gpu", "cpu")
 
 
-def discover(requested: str | list[str], resources: dict[str, float], workers: int | None) -> list[tuple[DeviceBackend, int]]:
+def discover(
+    requested: str | list[str], resources: dict[str, float], workers: int | None
+) -> list[tuple[DeviceBackend, int]]:
     """Backends to start and how many actors each, for ``devices: auto | kind | [kinds]``.
 
     ``auto`` prefers accelerators (NPU, then GPU) and falls back to CPU; a kind
@@ -34,7 +36,9 @@ def discover(requested: str | list[str], resources: dict[str, float], workers: i
         count = backends[kind].available(resources)
         if count == 0:
             raise SpecError(
-                "devices", kind, f"the Ray cluster has no {kind} resource (it has: {', '.join(sorted(resources))})"
+                "devices",
+                kind,
+                f"the Ray cluster has no {kind} resource (it has: {', '.join(sorted(resources))})",
             )
         chosen.append((backends[kind], count))
     return chosen
