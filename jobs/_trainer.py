@@ -22,6 +22,8 @@ from ._workload import Workload, build_workload
 
 #: Steps whose metrics are copied to the host together.
 BLOCK_STEPS = 25
+#: Finite steps after which dynamic loss scaling doubles the scale again.
+DYNAMIC_SCALE_WINDOW = 50
 _EPS = 1e-6
 _NO_CLIP = float(np.finfo(np.float32).max)
 # Layout of the per-step metric vector: 4 scalars, then 3 values per parameter.
@@ -73,7 +75,9 @@ def _make_scaler(loss_scale: str) -> Any:
         return None
     if kind == "static":
         return amp.StaticLossScaler(float(value))
-    return amp.DynamicLossScaler(float(value) if value else 2.0**16, 2, 1000)
+    # a window of 50 finite steps before doubling again (MindSpore's Model uses
+    # 2000) lets a few-hundred-step trial show the scale recover, not only fall
+    return amp.DynamicLossScaler(float(value) if value else 2.0**16, 2, DYNAMIC_SCALE_WINDOW)
 
 
 def _check_device_support(config: TrialConfig, device_target: str) -> None:
@@ -83,18 +87,44 @@ def _check_device_support(config: TrialConfig, device_target: str) -> None:
         )
 
 
+def _training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[str, str], Any]:
+    """Every Parameter a trial starts from: weights, optimizer state, loss-scaler state.
+
+    Keys carry their owner so an optimizer slot can never be confused with a
+    network parameter of the same name; parameters the optimizer merely
+    references (the network's own) are listed once, under the network.
+    """
+    state: dict[tuple[str, str], Any] = {}
+    seen: set[int] = set()
+    owners = [("net", loss_cell), ("opt", optimizer)]
+    for owner, cell in owners:
+        for _, param in cell.parameters_and_names():
+            if id(param) not in seen:
+                seen.add(id(param))
+                state[(owner, param.name)] = param
+    if scaler is not None:
+        for name, value in vars(scaler).items():
+            if type(value).__name__ == "Parameter":
+                state[("scaler", name)] = value
+    return state
+
+
 class CompiledStep:
-    """A network cast for one policy with its compiled training step."""
+    """A network cast for one policy with its compiled training step.
+
+    One instance serves every trial of its graph: ``reset`` loads a trial's
+    starting state into the compiled graph instead of rebuilding it.
+    """
 
     def __init__(self, config: TrialConfig, workload: Workload) -> None:
         import mindspore as ms
         from mindspore import ops
         from mindspore.common import dtype as mstype
 
-        known = known_layer_types([workload.network, workload.loss_fn])
-        black_list = resolve_black_list(config.black_list, known)
         from ._loss_cell import NetworkWithLoss
 
+        known = known_layer_types([workload.network, workload.loss_fn])
+        black_list = resolve_black_list(config.black_list, known)
         loss_cell = apply_amp(
             NetworkWithLoss(workload.network, workload.loss_fn),
             config.amp_level,
@@ -105,6 +135,8 @@ class CompiledStep:
         params = optimizer.parameters
         self.layer_names = [p.name for p in params]
         scaler = _make_scaler(config.loss_scale)
+        self._state = _training_state(loss_cell, optimizer, scaler)
+        self._reset_graph: Any = None
         skips_nonfinite = scaler is not None
         one = ms.Tensor(1.0, mstype.float32)
 
@@ -145,6 +177,42 @@ class CompiledStep:
         self._step = ms.jit(train_step)
         self._tensor = ms.Tensor
         self._float32 = mstype.float32
+
+    def reset(self, config: TrialConfig, fresh: Workload) -> None:
+        """Load the state a fresh process would start this trial from.
+
+        Values come from a freshly built workload (the factory's own
+        initialisation for this seed, a new optimizer, a new loss scaler) and
+        are assigned *inside* a compiled function: assigning from Python does
+        not reach a graph that is already compiled.
+        """
+        import mindspore as ms
+        from mindspore import ops
+
+        from ._loss_cell import NetworkWithLoss
+
+        source_optimizer = fresh.optimizer(fresh.network.trainable_params())
+        source = _training_state(
+            NetworkWithLoss(fresh.network, fresh.loss_fn), source_optimizer, _make_scaler(config.loss_scale)
+        )
+        if source.keys() != self._state.keys():
+            missing = sorted(set(self._state) ^ set(source))[:3]
+            raise RuntimeError(f"the workload built a different set of parameters this time: {missing}")
+        keys = list(self._state)
+        values = tuple(
+            ms.Tensor(source[key].asnumpy().astype(self._state[key].asnumpy().dtype)) for key in keys
+        )
+        if self._reset_graph is None:
+            targets = [self._state[key] for key in keys]
+
+            def assign_all(*new_values: Any) -> Any:
+                done = new_values[0]
+                for target, value in zip(targets, new_values):
+                    done = ops.depend(done, ops.assign(target, value))
+                return done
+
+            self._reset_graph = ms.jit(assign_all)
+        self._reset_graph(*values)
 
     def clip_tensor(self, clip: float | None) -> Any:
         return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
@@ -244,7 +312,34 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
-def run_trial(config: TrialConfig, workload_ref: str, device_target: str = "CPU") -> TrialOutcome:
+class GraphCache:
+    """Compiled steps kept by one worker process, one per graph id.
+
+    Trials that differ only in clip threshold, seed or static scale value
+    share a graph; a worker compiles each graph once and resets it per trial.
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[str, str], CompiledStep] = {}
+
+    def step_for(self, config: TrialConfig, workload_ref: str, workload: Workload) -> tuple[CompiledStep, bool]:
+        """The compiled step for this trial, and whether it was reused."""
+        key = (workload_ref, config.graph_id)
+        step = self._steps.get(key)
+        if step is not None:
+            step.reset(config, workload)
+            return step, True
+        step = CompiledStep(config, workload)
+        self._steps[key] = step
+        return step, False
+
+    def forget(self, config: TrialConfig, workload_ref: str) -> None:
+        self._steps.pop((workload_ref, config.graph_id), None)
+
+
+def run_trial(
+    config: TrialConfig, workload_ref: str, device_target: str = "CPU", cache: GraphCache | None = None
+) -> TrialOutcome:
     """Run one trial to an outcome; exceptions become a ``failed`` outcome."""
     started = time.perf_counter()
     target_loss: float | None = None
@@ -253,9 +348,16 @@ def run_trial(config: TrialConfig, workload_ref: str, device_target: str = "CPU"
         seed_everything(config.seed)
         workload = build_workload(workload_ref, config.seed, config.workload_args)
         target_loss = workload.target_loss
-        step = CompiledStep(config, workload)
+        if cache is None:
+            step, reused = CompiledStep(config, workload), False
+        else:
+            step, reused = cache.step_for(config, workload_ref, workload)
         metrics, compile_s, abort_at = _train(config, workload, step)
+        if reused:
+            compile_s = 0.0
     except Exception as exc:  # a trial's failure must not stop the sweep
+        if cache is not None:
+            cache.forget(config, workload_ref)  # its state may be half-reset
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return TrialOutcome(
             outcome="failed",

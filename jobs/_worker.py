@@ -153,6 +153,10 @@ class TrialWorker:
         except Exception:  # outside Ray (tests call the class directly)
             pass
 
+        from ._trainer import GraphCache
+
+        self.graphs = GraphCache()
+
     def info(self) -> dict[str, Any]:
         return dict(self.placement, pid=os.getpid())
 
@@ -161,5 +165,5 @@ class TrialWorker:
     ) -> TrialRecord:
         from ._trainer import run_trial
 
-        outcome = run_trial(config, workload_ref, _MINDSPORE_TARGET[self.compute_on])
+        outcome = run_trial(config, workload_ref, _MINDSPORE_TARGET[self.compute_on], self.graphs)
         return to_record(config, outcome, sweep=sweep, equivalent_to=equivalent_to, placement=self.placement)

@@ -44,6 +44,7 @@ class _Slot:
     index: int
     actor: Any = None
     deaths: int = 0
+    graphs: set[str] = field(default_factory=set)
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
@@ -142,10 +143,20 @@ def run_sweep(
     idle = list(slots)
     with SweepProgress(len(trials), result.skipped, progress) as bar:
 
+        def take_for(slot: _Slot) -> TrialConfig:
+            # prefer a trial whose graph this actor has compiled already
+            for position, candidate in enumerate(pending):
+                if candidate.graph_id in slot.graphs:
+                    del pending[position]
+                    return candidate
+            config = pending.popleft()
+            slot.graphs.add(config.graph_id)
+            return config
+
         def dispatch() -> None:
             while idle and pending:
                 slot = idle.pop()
-                config = pending.popleft()
+                config = take_for(slot)
                 ref = slot.actor.run.remote(config, workload_ref, spec.name, equivalent.get(config.trial_id))
                 in_flight[ref] = (slot, config)
             bar.set_running(len(in_flight))
@@ -176,6 +187,7 @@ def run_sweep(
                     last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
                     continue  # give this device slot up
                 slot.actor = _new_actor(slot, compute_on)
+                slot.graphs.clear()
             except RayTaskError as exc:  # the trial code itself is guarded; this is serialization etc.
                 first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
                 commit(_failed_record(config, spec.name, equivalent.get(config.trial_id), first, slot))

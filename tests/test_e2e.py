@@ -63,6 +63,12 @@ def test_sweep_with_a_workload_file_outside_the_repository(tmp_path):
     assert set(trials["outcome"]) == {"completed"}
     assert set(trials["worker_index"]) == {0, 1}, "both actors ran trials"
     assert (trials["device_kind"] == "cpu").all()
+    compiles = (
+        trials.assign(compiled=trials["compile_s"] > 0)
+        .groupby(["worker_index", "graph_id"])["compiled"]
+        .sum()
+    )
+    assert (compiles == 1).all(), "each actor compiles each graph it runs exactly once"
     steps = ds.dataset(root / "steps", format="parquet", partitioning="hive").to_table().to_pandas()
     for _, group in steps.groupby("trial_id"):
         assert sorted(group["step"]) == list(range(20))
