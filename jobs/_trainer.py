@@ -322,7 +322,9 @@ class GraphCache:
     def __init__(self) -> None:
         self._steps: dict[tuple[str, str], CompiledStep] = {}
 
-    def step_for(self, config: TrialConfig, workload_ref: str, workload: Workload) -> tuple[CompiledStep, bool]:
+    def step_for(
+        self, config: TrialConfig, workload_ref: str, workload: Workload
+    ) -> tuple[CompiledStep, bool]:
         """The compiled step for this trial, and whether it was reused."""
         key = (workload_ref, config.graph_id)
         step = self._steps.get(key)

@@ -131,8 +131,11 @@ class TrialWorker:
         if cpu_core is not None and hasattr(os, "sched_setaffinity"):
             # two MindSpore processes on two cores thrash unless each owns one
             os.sched_setaffinity(0, {cpu_core % (os.cpu_count() or 1)})
+        # A relative workload file is relative to where Ray started us: the
+        # job's (or runtime_env's) working_dir on a cluster.
+        self.home = os.getcwd()
         # AMP's O1 rewrite writes generated sources under the working directory;
-        # keep them out of the user's checkout (workload paths are absolute by now)
+        # keep them out of the user's checkout
         os.chdir(tempfile.mkdtemp(prefix="ampsweep-worker-"))
         import mindspore as ms
 
@@ -165,5 +168,8 @@ class TrialWorker:
     ) -> TrialRecord:
         from ._trainer import run_trial
 
+        module, _, attr = workload_ref.rpartition(":")
+        if module.endswith(".py") and not os.path.isabs(module):
+            workload_ref = f"{os.path.join(self.home, module)}:{attr}"
         outcome = run_trial(config, workload_ref, _MINDSPORE_TARGET[self.compute_on], self.graphs)
         return to_record(config, outcome, sweep=sweep, equivalent_to=equivalent_to, placement=self.placement)

@@ -42,9 +42,39 @@ class SweepRun:
 class _Slot:
     backend: DeviceBackend
     index: int
+    ordinal: int = 0
     actor: Any = None
     deaths: int = 0
     graphs: set[str] = field(default_factory=set)
+
+
+def cluster_address(address: str | None) -> str | None:
+    """The cluster to join: ``--address``, else the one a ``ray job submit`` driver runs in."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _inside_ray_job() -> bool:
+    return "working_dir" in os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "")
+
+
+def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str, Any] | None]:
+    """How workers on other machines find a workload file: a reference and a runtime_env.
+
+    Locally the absolute path works everywhere. Under ``ray job submit`` the
+    job's working_dir already travels to every worker, so the path becomes
+    relative to it. With ``--address`` the file's folder is sent as the
+    runtime_env working_dir.
+    """
+    module, _, attr = workload_ref.rpartition(":")
+    if address is None or not module.endswith(".py"):
+        return workload_ref, None
+    path = os.path.abspath(module)
+    if _inside_ray_job():
+        cwd = os.getcwd()
+        if os.path.commonpath([cwd, path]) == cwd:
+            return f"{os.path.relpath(path, cwd)}:{attr}", None
+        return workload_ref, None
+    return f"{os.path.basename(path)}:{attr}", {"working_dir": os.path.dirname(path)}
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
@@ -75,9 +105,9 @@ def _new_actor(slot: _Slot, compute_on: str | None) -> Any:
     remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
     kind = slot.backend.kind
     compute = compute_on or kind
-    return remote.remote(
-        slot.index, kind, compute, slot.backend.cpu_core(slot.index) if compute == "cpu" else None
-    )
+    # computing on CPU (a CPU actor, or a dry run of a device sweep) pins one core per actor
+    core = slot.ordinal if compute == "cpu" else None
+    return remote.remote(slot.index, kind, compute, core)
 
 
 def _failed_record(
@@ -127,11 +157,15 @@ def run_sweep(
         store.write_text("sweep.yaml", resolved_yaml)
         return result
 
-    start_ray(address, workers, runtime_env)
+    address = cluster_address(address)
+    workload_ref, shipped = ship_workload(workload_ref, address)
+    start_ray(address, workers, {**(runtime_env or {}), **(shipped or {})} or None)
     # discover before writing anything: a device kind the cluster lacks is a usage error
     plan = discover(devices or spec.devices, ray.cluster_resources(), workers)
     store.write_text("sweep.yaml", resolved_yaml)
     slots = [_Slot(backend, i) for backend, count in plan for i in range(count)]
+    for ordinal, slot in enumerate(slots):
+        slot.ordinal = ordinal
     slots = slots[: max(1, len(pending))]
     for slot in slots:
         slot.actor = _new_actor(slot, compute_on)

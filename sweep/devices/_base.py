@@ -15,6 +15,3 @@ class DeviceBackend(Protocol):
 
     def actor_options(self) -> dict[str, Any]:
         """``ray.remote`` options that pin one actor to one device."""
-
-    def cpu_core(self, worker_index: int) -> int | None:
-        """The core to pin a CPU-computing actor to, or None to leave it free."""

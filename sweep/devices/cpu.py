@@ -17,6 +17,3 @@ class CpuBackend:
 
     def actor_options(self) -> dict[str, Any]:
         return {"num_cpus": 1}
-
-    def cpu_core(self, worker_index: int) -> int | None:
-        return worker_index

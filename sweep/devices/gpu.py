@@ -13,6 +13,3 @@ class GpuBackend:
 
     def actor_options(self) -> dict[str, Any]:
         return {"num_gpus": 1, "num_cpus": 0}
-
-    def cpu_core(self, worker_index: int) -> int | None:
-        return None
