@@ -158,8 +158,10 @@ def run_sweep(
         return result
 
     address = cluster_address(address)
-    workload_ref, shipped = ship_workload(workload_ref, address)
-    start_ray(address, workers, {**(runtime_env or {}), **(shipped or {})} or None)
+    if not ray.is_initialized():
+        # a caller that started Ray itself decided the runtime_env already
+        workload_ref, shipped = ship_workload(workload_ref, address)
+        start_ray(address, workers, {**(runtime_env or {}), **(shipped or {})} or None)
     # discover before writing anything: a device kind the cluster lacks is a usage error
     plan = discover(devices or spec.devices, ray.cluster_resources(), workers)
     store.write_text("sweep.yaml", resolved_yaml)

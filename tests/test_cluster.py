@@ -1,0 +1,163 @@
+"""Cluster behaviour on one machine: fake NPUs/GPUs, a running head, `ray job submit` (slow)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
+BIN = Path(sys.executable).parent
+
+
+def _spec_dict(workload: str, **extra) -> dict:
+    spec = {
+        "name": "cluster",
+        "workload": workload,
+        "steps": 15,
+        "grid": {
+            "amp_level": ["O0", "O2"],
+            "black_list": [[], ["Scaler"]],
+            "clip": [None, 1.0, 2.0],
+            "seed": [0],
+        },
+    }
+    spec.update(extra)
+    return spec
+
+
+def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from sweep import parse_spec, run_sweep
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1, resources={"NPU": 2})
+        cluster.add_node(num_cpus=1, num_gpus=2)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        spec = parse_spec(_spec_dict(f"{TINY}:make", devices=["ascend", "gpu"]))
+        result = run_sweep(
+            spec,
+            yaml.safe_dump(spec.model_dump()),
+            f"{TINY}:make",
+            str(tmp_path),
+            address=cluster.address,
+            compute_on="cpu",
+            progress=False,
+        )
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert result.ran == 12 and result.outcomes == {"completed": 12}
+    trials = pd.read_parquet(tmp_path / "cluster" / "trials")
+    devices = trials[["device_kind", "node", "device_id"]].drop_duplicates()
+    # 4 NPUs on two nodes and 2 GPUs on a third: six distinct (node, visible device) pairs, all used
+    assert len(devices) == 6
+    assert sorted(devices["device_kind"]) == ["ascend"] * 4 + ["gpu"] * 2
+    assert devices[devices["device_kind"] == "ascend"]["node"].nunique() == 2
+    assert set(devices["device_id"]) == {"0", "1"}
+    ranking = (
+        pd.read_csv(tmp_path / "cluster" / "report" / "ranking.csv")
+        if (tmp_path / "cluster" / "report" / "ranking.csv").exists()
+        else None
+    )
+    if ranking is not None:
+        assert set(ranking["device_kind"]) == {"ascend", "gpu"}
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}:{os.environ['PATH']}"}
+    subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True)
+    started = subprocess.run(
+        [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--port",
+            "6391",
+            "--dashboard-port",
+            "8271",
+            "--include-dashboard",
+            "true",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 0, started.stderr
+    yield env
+    subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_path):
+    env = ray_head
+    outside = tmp_path / "project"
+    outside.mkdir()
+    shutil.copy(TINY, outside / "my_model.py")
+    (outside / "spec.yaml").write_text(yaml.safe_dump(_spec_dict("my_model.py:make")))
+
+    direct = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweep",
+            "run",
+            str(outside / "spec.yaml"),
+            "--address",
+            "127.0.0.1:6391",
+            "--out",
+            str(tmp_path / "direct"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+    )
+    assert direct.returncode == 0, direct.stderr[-3000:]
+    assert len(pd.read_parquet(tmp_path / "direct" / "cluster" / "trials")) == 12
+
+    submitted = subprocess.run(
+        [
+            str(BIN / "ray"),
+            "job",
+            "submit",
+            "--address",
+            "http://127.0.0.1:8271",
+            "--working-dir",
+            str(outside),
+            "--",
+            sys.executable,
+            "-m",
+            "sweep",
+            "run",
+            "spec.yaml",
+            "--out",
+            str(tmp_path / "job"),
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert submitted.returncode == 0, (submitted.stdout + submitted.stderr)[-3000:]
+    trials = pd.read_parquet(tmp_path / "job" / "cluster" / "trials")
+    assert len(trials) == 12 and set(trials["outcome"]) == {"completed"}
