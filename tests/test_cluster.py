@@ -67,13 +67,12 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
     assert sorted(devices["device_kind"]) == ["ascend"] * 4 + ["gpu"] * 2
     assert devices[devices["device_kind"] == "ascend"]["node"].nunique() == 2
     assert set(devices["device_id"]) == {"0", "1"}
-    ranking = (
-        pd.read_csv(tmp_path / "cluster" / "report" / "ranking.csv")
-        if (tmp_path / "cluster" / "report" / "ranking.csv").exists()
-        else None
-    )
-    if ranking is not None:
-        assert set(ranking["device_kind"]) == {"ascend", "gpu"}
+    from analysis import write_report
+
+    write_report(tmp_path / "cluster")
+    ranking = pd.read_csv(tmp_path / "cluster" / "report" / "ranking.csv")
+    # numerics differ between backends: each kind is ranked on its own
+    assert set(ranking["device_kind"]) == {"ascend", "gpu"}
 
 
 @pytest.fixture
