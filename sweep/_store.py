@@ -46,9 +46,12 @@ class SweepStore:
         self._atomic_write(path, lambda tmp: pq.write_table(table, tmp, filesystem=self.fs))
 
     def write_text(self, relative: str, text: str) -> None:
+        self.write_bytes(relative, text.encode())
+
+    def write_bytes(self, relative: str, data: bytes) -> None:
         def write(tmp: str) -> None:
             with self.fs.open_output_stream(tmp) as stream:
-                stream.write(text.encode())
+                stream.write(data)
 
         self._atomic_write(self._path(relative), write)
 
@@ -63,8 +66,9 @@ class SweepStore:
             and not f.base_name.startswith(".")
         }
 
-    def _clear(self, relative: str) -> None:
-        path = self._path(relative)
+    def clear_trial_folder(self, table: str, trial_id: str) -> None:
+        """Remove what an interrupted write left under an uncommitted trial."""
+        path = self._path(table, f"trial_id={trial_id}")
         if self.fs.get_file_info(path).type == pafs.FileType.Directory:
             self.fs.delete_dir(path)
 
@@ -72,7 +76,7 @@ class SweepStore:
         """Write one finished trial; the ``trials/`` row goes last."""
         trial_id = record.trial_id
         for table_name in ("steps", "layers"):
-            self._clear(f"{table_name}/trial_id={trial_id}")
+            self.clear_trial_folder(table_name, trial_id)
         self.write_table(self._path("steps", f"trial_id={trial_id}", "part-0.parquet"), record.steps)
         if record.layers.num_rows:
             self.write_table(self._path("layers", f"trial_id={trial_id}", "part-0.parquet"), record.layers)

@@ -52,6 +52,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument("--top", type=_positive_int, default=8, help="ranking rows to print")
 
+    pull = sub.add_parser("pull", help="copy a sweep's committed trials here, incrementally")
+    pull.add_argument(
+        "source", help="a sweep folder OUT/<name>: local path, pyarrow.fs URI, or a path on the Ray head"
+    )
+    pull.add_argument("destination", help="local folder (or URI) that receives <name>/")
+    pull.add_argument(
+        "--address", default=None, help="read SOURCE from the disk of this Ray cluster's head node"
+    )
+
     report = sub.add_parser("report", help="(re)write the report of a sweep folder")
     report.add_argument("sweep_dir", type=Path)
     report.add_argument("--top", type=_positive_int, default=8)
@@ -145,9 +154,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     )
     if "://" in args.out:
-        print(f"report: copy {result.root} to a local folder DIR, then run `ampsweep report DIR`")
+        print(
+            f"report: `ampsweep pull {args.out.rstrip('/')}/{spec.name} DIR`, then `ampsweep report DIR/{spec.name}`"
+        )
     else:
         _print_top(Path(result.root), args.top)
+    return 0
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from ._pull import open_source, pull
+
+    try:
+        source = open_source(args.source, args.address)
+    except FileNotFoundError as exc:
+        raise SpecError("source", args.source, f"a sweep folder with a trials/ folder ({exc})") from None
+    result = pull(source, args.destination)
+    print(
+        f"pulled {result.copied} new trials into {result.destination} "
+        f"({result.already_there} were already there)"
+    )
     return 0
 
 
@@ -160,7 +186,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    commands = {"plan": _cmd_plan, "run": _cmd_run, "report": _cmd_report}
+    commands = {"plan": _cmd_plan, "run": _cmd_run, "pull": _cmd_pull, "report": _cmd_report}
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -133,6 +133,28 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
     assert direct.returncode == 0, direct.stderr[-3000:]
     assert len(pd.read_parquet(tmp_path / "direct" / "cluster" / "trials")) == 12
 
+    # no shared storage: pull the results from the head node's disk through Ray
+    pulled = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sweep",
+            "pull",
+            str(tmp_path / "direct" / "cluster"),
+            str(tmp_path / "pulled"),
+            "--address",
+            "127.0.0.1:6391",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+    assert pulled.returncode == 0, pulled.stderr[-3000:]
+    assert "pulled 12 new trials" in pulled.stdout
+    assert len(pd.read_parquet(tmp_path / "pulled" / "cluster" / "steps")) == 12 * 15
+
     submitted = subprocess.run(
         [
             str(BIN / "ray"),
