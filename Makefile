@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-slow lint bench clean
+.PHONY: install browser demo test test-slow lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,10 +14,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# headless Chromium for the report.html test (Debian's package); skipped where apt is unavailable
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "chromium could not be installed: the report.html browser test will be skipped"
+
 demo: $(STAMP)
 	$(BIN)/ampsweep run examples/seed_repro.yaml --out runs
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)
