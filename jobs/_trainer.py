@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,23 @@ class TrialOutcome:
     metrics: TrialMetrics | None = None
     error: str | None = None
     traceback: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def failure(
+        cls, error: str, *, traceback: str | None = None, wall_s: float = 0.0, target_loss: float | None = None
+    ) -> TrialOutcome:
+        """A trial that ended in an exception, or that no worker could finish."""
+        return cls(
+            outcome="failed",
+            steps_run=0,
+            first_nonfinite_step=None,
+            final_loss=None,
+            target_loss=target_loss,
+            compile_s=0.0,
+            wall_s=wall_s,
+            error=error,
+            traceback=traceback,
+        )
 
 
 def _make_scaler(loss_scale: str) -> Any:
@@ -361,16 +377,11 @@ def run_trial(
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return TrialOutcome(
-            outcome="failed",
-            steps_run=0,
-            first_nonfinite_step=None,
-            final_loss=None,
-            target_loss=target_loss,
-            compile_s=0.0,
-            wall_s=time.perf_counter() - started,
-            error=f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        return TrialOutcome.failure(
+            f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
             traceback=None if isinstance(exc, UnsupportedCombination) else traceback.format_exc(),
+            wall_s=time.perf_counter() - started,
+            target_loss=target_loss,
         )
     bad = np.flatnonzero(~np.isfinite(metrics.loss))
     return TrialOutcome(

@@ -116,16 +116,7 @@ def _failed_record(
     from jobs._trainer import TrialOutcome
     from jobs._worker import to_record
 
-    outcome = TrialOutcome(
-        outcome="failed",
-        steps_run=0,
-        first_nonfinite_step=None,
-        final_loss=None,
-        target_loss=None,
-        compile_s=0.0,
-        wall_s=0.0,
-        error=error,
-    )
+    outcome = TrialOutcome.failure(error)
     placement = {"device_kind": slot.backend.kind, "node": "", "device_id": "", "worker_index": slot.index}
     return to_record(config, outcome, sweep=sweep, equivalent_to=equivalent_to, placement=placement)
 
