@@ -1,80 +1,134 @@
 """Turn a ranked configuration into the MindSpore code a user pastes.
 
 The report's point is "what to change in the training script", so the
-recommendation is rendered as code using only APIs that exist in MindSpore
+recommendation is rendered as code for the two ways people train with
+MindSpore: a hand-written ``train_step`` (functional ``value_and_grad``) and
+``mindspore.train.Model``. Only MindSpore 2.10 APIs are used
 (``amp.auto_mixed_precision``, ``amp.custom_mixed_precision``,
-``amp.StaticLossScaler``/``DynamicLossScaler``, ``amp.all_finite``). Nothing
-here imports MindSpore: the text is generated from the Parquet values alone.
+``amp.StaticLossScaler``/``DynamicLossScaler``, ``amp.all_finite``,
+``nn.TrainOneStepCell``); nothing here imports MindSpore, the text is
+generated from the Parquet values alone.
+
+Both snippets do what the sweep's trainer did, so the numbers in the report
+hold for them:
+
+* the network is cast *together with its loss* (``nn.WithLossCell``), so a
+  black-listed loss class stays in float32;
+* clipping is by global norm of the unscaled gradients, computed in float32;
+* with loss scaling, a step whose gradients are not finite is skipped, and a
+  dynamic scaler changes its scale every ``DYNAMIC_SCALE_WINDOW`` finite steps.
+
+For ``Model`` the network is cast *before* it is handed over and Model gets
+``amp_level="O0"``: ``Model(..., amp_level="O2")`` cannot take a custom black
+list, casts the loss differently and turns on its own dynamic loss scaling
+(which MindSpore refuses on CPU). Clipping or loss scaling needs a
+``TrainOneStepCell`` subclass, which Model then runs as is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
+#: Must match ``jobs._trainer.DYNAMIC_SCALE_WINDOW`` (a test checks): the
+#: recommended scaler is the one the sweep measured.
+DYNAMIC_SCALE_WINDOW = 50
 _DYNAMIC_DEFAULT = "2**16"
+_EPS = "1e-6"
+
+_HEADER = [
+    "import mindspore as ms",
+    "from mindspore import amp, nn, ops",
+    "import mindspore.common.dtype as mstype",
+]
 
 
 def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[str]:
+    """Cast ``net_with_loss`` exactly as ``jobs._amp.apply_amp`` did in the sweep."""
     ms_dtype = f"mstype.{dtype or 'float16'}"
     if amp_level == "O0":
-        return ["# AMP level O0: keep the network in float32 (nothing is cast)."]
+        return ["# AMP level O0: nothing is cast, the network trains in float32"]
     if not black_list:
-        return [f'net = amp.auto_mixed_precision(net, "{amp_level}", dtype={ms_dtype})']
+        return [f'net_with_loss = amp.auto_mixed_precision(net_with_loss, "{amp_level}", dtype={ms_dtype})']
     names = ", ".join(black_list)
     lines = [f"# {names}: the layer classes from your model (or mindspore.nn) to keep in float32"]
     if amp_level == "O1":
         # O1 casts only white-listed types, so "black-listing" means removing them.
         lines.append(
-            f"net = amp.custom_mixed_precision(net, white_list=[c for c in amp.get_white_list() "
-            f"if c not in ({names},)], dtype={ms_dtype})"
+            f"net_with_loss = amp.custom_mixed_precision(net_with_loss, white_list=[c for c in "
+            f"amp.get_white_list() if c not in ({names},)], dtype={ms_dtype})"
         )
     elif amp_level == "O3":
-        lines.append(f"net = amp.custom_mixed_precision(net, black_list=[{names}], dtype={ms_dtype})")
+        lines.append(
+            f"net_with_loss = amp.custom_mixed_precision(net_with_loss, black_list=[{names}], dtype={ms_dtype})"
+        )
     else:
         lines.append(
-            f"net = amp.custom_mixed_precision(net, black_list=amp.get_black_list() + [{names}], "
-            f"dtype={ms_dtype})"
+            "net_with_loss = amp.custom_mixed_precision(net_with_loss, "
+            f"black_list=amp.get_black_list() + [{names}], dtype={ms_dtype})"
         )
     return lines
 
 
-def _scaler_line(loss_scale: str) -> str | None:
+def _scaler_expr(loss_scale: str) -> str | None:
     kind, _, value = (loss_scale or "none").partition(":")
     if kind == "static":
-        return f"loss_scaler = amp.StaticLossScaler({value or 1024})"
+        return f"amp.StaticLossScaler({value or 1024})"
     if kind == "dynamic":
-        return f"loss_scaler = amp.DynamicLossScaler({value or _DYNAMIC_DEFAULT}, 2, 1000)"
+        return f"amp.DynamicLossScaler({value or _DYNAMIC_DEFAULT}, 2, {DYNAMIC_SCALE_WINDOW})"
     return None
 
 
-def mindspore_snippet(row: pd.Series | dict) -> str:
-    """Code for one configuration row (needs amp_level, black_list, clip, loss_scale, dtype)."""
-    amp_level = str(row["amp_level"])
-    black_list = tuple(row["black_list"])
+def _config(row: Mapping[str, Any] | pd.Series) -> tuple[str, tuple[str, ...], float | None, str | None, str]:
     clip = row["clip"]
-    scaler = _scaler_line(str(row["loss_scale"]))
-    has_clip = not pd.isna(clip)
-    lines = [
-        "import mindspore as ms",
-        "from mindspore import amp, ops",
-        "import mindspore.common.dtype as mstype",
-        "",
-        "# net: the network *with* its loss cell, so the loss itself is cast (or kept in FP32) too",
-        *_amp_lines(amp_level, black_list, str(row["dtype"])),
+    return (
+        str(row["amp_level"]),
+        tuple(row["black_list"]),
+        None if pd.isna(clip) else float(clip),
+        _scaler_expr(str(row["loss_scale"])),
+        str(row["dtype"]),
+    )
+
+
+def _cast_block(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[str]:
+    return [
+        "# net, loss_fn, optimizer: yours. Cast the network *with* its loss, as the sweep did.",
+        "net_with_loss = nn.WithLossCell(net, loss_fn)",
+        *_amp_lines(amp_level, black_list, dtype),
     ]
-    if scaler is None and not has_clip:
-        return "\n".join(lines)
+
+
+def _clip_lines(indent: str, clip_name: str) -> list[str]:
+    return [
+        f"{indent}# clip by global norm (float32), on the unscaled gradients",
+        f"{indent}norm = ops.sqrt(ops.stack([ops.reduce_sum(ops.square(g.astype(mstype.float32))) "
+        "for g in grads]).sum())",
+        f"{indent}factor = ops.minimum({clip_name} / (norm + {_EPS}), 1.0)",
+        f"{indent}grads = tuple(g * factor.astype(g.dtype) for g in grads)",
+    ]
+
+
+def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
+    """A hand-written training step (``value_and_grad`` + ``ms.jit``) for one configuration.
+
+    ``row`` needs amp_level, black_list, clip, loss_scale and dtype.
+    """
+    amp_level, black_list, clip, scaler, dtype = _config(row)
+    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype)]
     if scaler:
-        lines.append(scaler)
-    if has_clip:
+        lines.append(f"loss_scaler = {scaler}")
+    if clip is not None:
         lines.append(
-            f"clip = ms.Tensor({float(clip)!r}, mstype.float32)  # a tensor, so changing it does not recompile"
+            f"clip = ms.Tensor({clip!r}, mstype.float32)  # a tensor: changing it does not recompile"
         )
     lines += [
         "",
         "def forward(*inputs):",
-        "    loss = net(*inputs)",
-        "    return loss_scaler.scale(loss)" if scaler else "    return loss",
+        "    return loss_scaler.scale(net_with_loss(*inputs))"
+        if scaler
+        else "    return net_with_loss(*inputs)",
         "",
         "grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)",
         "",
@@ -82,7 +136,6 @@ def mindspore_snippet(row: pd.Series | dict) -> str:
         "def train_step(*inputs):",
         "    loss, grads = grad_fn(*inputs)",
     ]
-    body = "    "
     if scaler:
         lines += [
             "    loss = loss_scaler.unscale(loss)",
@@ -91,14 +144,97 @@ def mindspore_snippet(row: pd.Series | dict) -> str:
             "    if is_finite:  # a step with overflowed gradients is skipped",
         ]
         body = "        "
-    if has_clip:
-        lines += [
-            f"{body}# clip by global norm, on the unscaled gradients:",
-            f"{body}norm = ops.sqrt(sum(ops.reduce_sum(ops.square(g.astype(mstype.float32))) for g in grads))",
-            f"{body}grads = tuple(g * ops.minimum(clip / (norm + 1e-6), 1.0).astype(g.dtype) for g in grads)",
-        ]
-    lines.append(f"{body}optimizer(grads)")
-    if scaler and scaler.startswith("loss_scaler = amp.Dynamic"):
-        lines.append("    loss_scaler.adjust(is_finite)")
-    lines.append("    return loss")
+    else:
+        body = "    "
+    if clip is not None:
+        lines += _clip_lines(body, "clip")
+    lines.append(f"{body}loss = ops.depend(loss, optimizer(grads))")
+    if scaler and scaler.startswith("amp.Dynamic"):
+        lines.append("    loss = ops.depend(loss, loss_scaler.adjust(is_finite))")
+    lines += [
+        "    return loss",
+        "",
+        "for inputs in dataset.create_tuple_iterator():",
+        "    loss = train_step(*inputs)",
+    ]
     return "\n".join(lines)
+
+
+def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
+    """The same configuration for ``mindspore.train.Model``.
+
+    Without clipping and loss scaling Model's own ``TrainOneStepCell`` is
+    enough; otherwise a subclass does the step the sweep did.
+    """
+    amp_level, black_list, clip, scaler, dtype = _config(row)
+    lines = [
+        *_HEADER,
+        "from mindspore.train import Model",
+        "",
+        *_cast_block(amp_level, black_list, dtype),
+        "",
+    ]
+    if scaler is None and clip is None:
+        return "\n".join(
+            [
+                *lines,
+                '# amp_level="O0": the network is already cast; Model\'s own O2 would cast it again',
+                "# and add a dynamic loss scaling the sweep did not test",
+                'model = Model(net_with_loss, optimizer=optimizer, amp_level="O0")',
+                "model.train(epochs, dataset)",
+            ]
+        )
+    doc = " and ".join(
+        ([f"loss scaling ({'dynamic' if scaler and 'Dynamic' in scaler else 'static'})"] if scaler else [])
+        + (["clipping by global norm"] if clip is not None else [])
+    )
+    args = (["clip"] if clip is not None else []) + (["loss_scaler"] if scaler else [])
+    lines += [
+        "class TrainStep(nn.TrainOneStepCell):",
+        f'    """One training step with {doc}, as the sweep ran it."""',
+        "",
+        f"    def __init__(self, network, optimizer, {', '.join(args)}):",
+        "        super().__init__(network, optimizer)",
+    ]
+    if clip is not None:
+        lines.append("        self.clip = ms.Tensor(clip, mstype.float32)")
+    if scaler:
+        lines.append("        self.loss_scaler = loss_scaler")
+    lines += ["", "    def construct(self, *inputs):", "        loss = self.network(*inputs)"]
+    if scaler:
+        lines += [
+            "        sens = ops.ones_like(loss) * self.loss_scaler.scale_value.astype(loss.dtype)",
+            "        grads = self.grad(self.network, self.weights)(*inputs, sens)",
+            "        grads = self.loss_scaler.unscale(grads)",
+            "        is_finite = amp.all_finite(grads)",
+            "        if is_finite:  # a step with overflowed gradients is skipped",
+        ]
+        body = "            "
+    else:
+        lines.append("        grads = self.grad_no_sens(self.network, self.weights)(*inputs)")
+        body = "        "
+    if clip is not None:
+        lines += _clip_lines(body, "self.clip")
+    lines.append(f"{body}loss = ops.depend(loss, self.optimizer(grads))")
+    if scaler and "Dynamic" in scaler:
+        lines.append("        loss = ops.depend(loss, self.loss_scaler.adjust(is_finite))")
+    values = ([f"clip={clip!r}"] if clip is not None else []) + ([f"loss_scaler={scaler}"] if scaler else [])
+    lines += [
+        "        return loss",
+        "",
+        f"train_net = TrainStep(net_with_loss, optimizer, {', '.join(values)})",
+        "# already cast and wrapped: Model runs train_net as it is (its amp_level stays O0)",
+        "model = Model(train_net)",
+        "model.train(epochs, dataset)",
+    ]
+    return "\n".join(lines)
+
+
+def mindspore_snippet(row: Mapping[str, Any] | pd.Series) -> str:
+    """The hand-written training step; kept as the short name used by the report."""
+    return train_step_snippet(row)
+
+
+def snippets(row: Mapping[str, Any] | pd.Series) -> dict[str, str]:
+    """Both forms, keyed as in ``recommendation.json``'s ``code`` object."""
+    return {"train_step": train_step_snippet(row), "model": model_snippet(row)}

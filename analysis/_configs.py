@@ -47,8 +47,8 @@ def config_label(
     return f"{amp_level} bl={black_list_key} clip={clip_text} ls={loss_scale} {dtype} {device_kind}"
 
 
-def _median_never_counts(values: pd.Series) -> float:
-    filled = values.astype("float64").fillna(np.inf).to_numpy()
+def _median_never_counts(values: np.ndarray) -> float:
+    filled = np.where(np.isnan(values), np.inf, values)
     if filled.size == 0:
         return float("nan")
     median = float(np.median(filled))
@@ -72,48 +72,84 @@ def _first_error(errors: pd.Series) -> str:
     return ""
 
 
+def _spread(values: np.ndarray) -> tuple[float, float, float]:
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        return np.nan, np.nan, np.nan
+    return float(np.median(finite)), float(finite.min()), float(finite.max())
+
+
+def _nanmedian(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if values.size else np.nan
+
+
 def config_scores(scores: pd.DataFrame, layers: dict[str, str] | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
     Only ranked trials are used (equivalent duplicates are not counted twice).
     ``layers`` optionally maps trial ids to their first non-finite layers,
     quoted as evidence for unstable configurations.
+
+    Groups are walked as index arrays over plain numpy columns: a sweep of
+    thousands of trials would otherwise spend seconds in per-group pandas
+    indexing.
     """
     layers = layers or {}
-    ranked = scores[scores["ranked"]]
+    ranked = scores[scores["ranked"]].reset_index(drop=True)
+    if ranked.empty:
+        return pd.DataFrame()
+    num = {
+        name: ranked[name].to_numpy(dtype="float64", na_value=np.nan)
+        for name in (
+            *SPREAD_FIGURES,
+            "first_nonfinite",
+            "target",
+            "steps_per_s",
+            "skipped_steps",
+            "loss_spikes",
+            "p90_grad_norm",
+        )
+    }
+    outcome = ranked["outcome"].to_numpy(dtype=object)
+    unstable = ranked["unstable"].to_numpy(dtype=bool)
+    trial_ids = ranked["trial_id"].to_numpy(dtype=object)
+    seeds = ranked["seed"].astype("object").where(ranked["seed"].notna(), None).to_numpy()
+    errors = ranked["error"]
+    black_lists = ranked["black_list"].to_numpy(dtype=object)
     rows = []
-    for key, group in ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True):
+    groups = ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True).indices
+    for key, idx in sorted(groups.items(), key=lambda kv: str(kv[0])):
         row = dict(zip(CONFIG_KEYS, key))
-        row["black_list"] = group["black_list"].iloc[0]
+        row["black_list"] = black_lists[idx[0]]
         row["config_id"] = config_label(*key)
         row["baseline"] = row["amp_level"] == BASELINE_LEVEL
-        row["n_trials"] = len(group)
-        row["n_seeds"] = int(group["seed"].nunique(dropna=False))
-        row["n_completed"] = int((group["outcome"] == "completed").sum())
-        row["n_diverged"] = int((group["outcome"] == "diverged").sum())
-        row["n_failed"] = int((group["outcome"] == "failed").sum())
-        row["divergence_rate"] = (row["n_diverged"] + row["n_failed"]) / len(group)
-        bad = group[group["unstable"]]
-        row["first_nonfinite_step_median"] = float(bad["first_nonfinite"].median()) if len(bad) else np.nan
-        row["error"] = _first_error(group.loc[group["outcome"] == "failed", "error"])
-        evidence = [layers[t] for t in bad["trial_id"] if t in layers]
+        row["n_trials"] = len(idx)
+        row["n_seeds"] = len(set(seeds[idx]))
+        out = outcome[idx]
+        row["n_completed"] = int((out == "completed").sum())
+        row["n_diverged"] = int((out == "diverged").sum())
+        row["n_failed"] = int((out == "failed").sum())
+        row["divergence_rate"] = (row["n_diverged"] + row["n_failed"]) / len(idx)
+        bad = idx[unstable[idx]]
+        row["first_nonfinite_step_median"] = _nanmedian(num["first_nonfinite"][bad]) if len(bad) else np.nan
+        failed = idx[out == "failed"]
+        row["error"] = _first_error(errors.iloc[failed]) if len(failed) else ""
+        evidence = [layers[t] for t in trial_ids[bad] if t in layers]
         row["first_nonfinite_layers"] = evidence[0] if evidence else ""
         for figure, name in SPREAD_FIGURES.items():
-            values = group[figure].astype("float64")
-            finite = values[np.isfinite(values)]
+            values = num[figure][idx]
+            median, low, high = _spread(values)
             if figure == "steps_to_target":
-                row[f"{name}_median"] = _median_never_counts(values)
-            else:
-                row[f"{name}_median"] = float(finite.median()) if len(finite) else np.nan
-            row[f"{name}_min"] = float(finite.min()) if len(finite) else np.nan
-            row[f"{name}_max"] = float(finite.max()) if len(finite) else np.nan
-        row["n_reached_target"] = int(group["steps_to_target"].notna().sum())
-        row["target_median"] = float(group["target"].median())
-        row["steps_per_s_median"] = float(group["steps_per_s"].median())
-        row["skipped_steps_median"] = float(group["skipped_steps"].median())
-        row["loss_spikes_median"] = float(group["loss_spikes"].median())
-        row["p90_grad_norm_median"] = float(group["p90_grad_norm"].median())
+                median = _median_never_counts(values)
+            row[f"{name}_median"], row[f"{name}_min"], row[f"{name}_max"] = median, low, high
+        row["n_reached_target"] = int((~np.isnan(num["steps_to_target"][idx])).sum())
+        row["target_median"] = _nanmedian(num["target"][idx])
+        row["steps_per_s_median"] = _nanmedian(num["steps_per_s"][idx])
+        row["skipped_steps_median"] = _nanmedian(num["skipped_steps"][idx])
+        row["loss_spikes_median"] = _nanmedian(num["loss_spikes"][idx])
+        row["p90_grad_norm_median"] = _nanmedian(num["p90_grad_norm"][idx])
         row["n_black_listed"] = len(row["black_list"])
-        row["trial_ids"] = " ".join(group["trial_id"])
+        row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)
     return pd.DataFrame(rows)

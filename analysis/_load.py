@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 #: The columns every consumer of ``load_trials`` may rely on; absent ones are
 #: filled with nulls so an older or partial writer does not break the report.
@@ -152,11 +153,13 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     loc = resolve(sweep_dir)
     files = list_parquet(loc, "trials", recursive=False)
     if files:
-        dataset = ds.dataset(files, filesystem=loc.fs, format="parquet")
-        schemas = [frag.physical_schema for frag in dataset.get_fragments()]
-        schema = pa.unify_schemas(schemas, promote_options="permissive")
-        table = ds.dataset(files, filesystem=loc.fs, format="parquet", schema=schema).to_table()
-        frame = table.to_pandas()
+        # One open per file (a dataset would open each twice: schema, then data);
+        # permissive concatenation unifies a column written as null by one writer.
+        tables = []
+        for path in files:
+            with loc.fs.open_input_file(path) as handle:
+                tables.append(pq.ParquetFile(handle).read())
+        frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     else:
         frame = pd.DataFrame({name: pd.Series([], dtype="object") for name in TRIAL_COLUMNS})
     for name, dtype in TRIAL_COLUMNS.items():

@@ -5,15 +5,16 @@ scan runs in two phases: first the O0 trials, whose final losses define the
 fallback target, then everything else with its target known.
 
 * *Target loss*: the workload's ``target_loss`` when it has one; otherwise
-  ``TARGET_FROM_FP32`` x the FP32 final loss for the same workload and seed
-  (loss scale and dtype do not matter for an uncast network). Where that seed
-  has no O0 trial, the median over the workload's O0 seeds is used.
+  ``TARGET_FROM_FP32`` x the FP32 final loss for the same workload, device
+  kind and seed (loss scale and dtype do not matter for an uncast network).
+  Where that seed has no O0 trial, the median over the kind's O0 seeds is
+  used.
 * *Speed vs FP32*: median step time of the O0 reference trials on the same
   device kind divided by this trial's median step time (> 1 = faster).
 
 The *FP32 reference* trials are the O0 trials with no clipping and an empty
-black list; when a seed has none of those, any O0 trial of that seed is used,
-so a sweep that only ran clipped O0 still has a baseline.
+black list; when a seed (on a device kind) has none of those, any O0 trial of
+that seed is used, so a sweep that only ran clipped O0 still has a baseline.
 """
 
 from __future__ import annotations
@@ -56,24 +57,41 @@ def ranked_trials(trials: pd.DataFrame) -> pd.Series:
 def _reference_mask(trials: pd.DataFrame) -> pd.Series:
     o0 = (trials["amp_level"] == BASELINE_LEVEL) & trials["ranked"]
     plain = o0 & trials["clip"].isna() & (trials["black_list"].map(len) == 0)
-    keys = ["workload", "seed"]
+    keys = ["workload", "device_kind", "seed"]
     has_plain = plain.groupby([trials[k] for k in keys], dropna=False).transform("any")
     return plain | (o0 & ~has_plain)
 
 
 def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
-    """FP32 final loss per trial (same workload and seed), NaN where unknown."""
+    """FP32 final loss per trial, NaN where unknown.
+
+    Numerics differ between backends, so the FP32 run of the same workload,
+    device kind and seed is used first, then the median over that kind's
+    seeds; only a kind with no FP32 run at all borrows another kind's
+    (same seed, then any seed).
+    """
     ref = trials["reference"] & np.isfinite(final)
     completed = ref & (trials["outcome"] == "completed")
     use = completed if completed.any() else ref
-    refs = trials.loc[use, ["workload", "seed"]].assign(final=final[use])
-    by_seed = refs.groupby(["workload", "seed"], dropna=False)["final"].median()
-    by_workload = refs.groupby("workload", dropna=False)["final"].median()
+    refs = trials.loc[use, ["workload", "device_kind", "seed"]].assign(final=final[use])
+    lookups = [
+        (
+            ("workload", "device_kind", "seed"),
+            refs.groupby(["workload", "device_kind", "seed"], dropna=False),
+        ),
+        (("workload", "device_kind"), refs.groupby(["workload", "device_kind"], dropna=False)),
+        (("workload", "seed"), refs.groupby(["workload", "seed"], dropna=False)),
+        (("workload",), refs.groupby(["workload"], dropna=False)),
+    ]
+    tables = [(keys, group["final"].median().to_dict()) for keys, group in lookups]
     out = []
-    for workload, seed in zip(trials["workload"], trials["seed"]):
-        value = by_seed.get((workload, seed), np.nan)
-        if not np.isfinite(value):
-            value = by_workload.get(workload, np.nan)
+    for row in trials[["workload", "device_kind", "seed"]].itertuples(index=False):
+        value = np.nan
+        for keys, table in tables:
+            key = tuple(getattr(row, k) for k in keys)
+            value = table.get(key if len(key) > 1 else key[0], table.get(key, np.nan))
+            if np.isfinite(value):
+                break
         out.append(value)
     return pd.Series(out, index=trials.index, dtype="float64")
 

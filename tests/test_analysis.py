@@ -6,7 +6,9 @@ exact numbers its assertions depend on.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -120,6 +122,8 @@ def write_trial(
     step_ms=10.0,
     skipped=None,
     order=None,
+    sweep: str = "unit-sweep",
+    workload: str = "toy",
 ) -> None:
     """A committed trial: its ``trials/`` row plus (when ``loss`` is given) its steps."""
     n = 0 if loss is None else len(loss)
@@ -128,8 +132,8 @@ def write_trial(
         outcome = "diverged" if len(bad) else "completed"
     row = {
         "trial_id": trial_id,
-        "sweep": "unit-sweep",
-        "workload": "toy",
+        "sweep": sweep,
+        "workload": workload,
         "graph_id": "g",
         "amp_level": amp_level,
         "black_list": list(black_list),
@@ -431,13 +435,20 @@ def test_write_report_files(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# ampsweep report: unit-sweep")
     assert "committed: 21 (completed 15, diverged 3, failed 3)" in text
-    assert "amp.custom_mixed_precision(net, black_list=amp.get_black_list() + [CustomNorm]" in text
+    assert "amp.custom_mixed_precision(net_with_loss, black_list=amp.get_black_list() + [CustomNorm]" in text
     assert "ops.minimum(clip / (norm + 1e-6), 1.0)" in text
+    assert "class TrainStep(nn.TrainOneStepCell):" in text and "model = Model(train_net)" in text
     assert "`fail0`" in text and "RuntimeError: Out of memory on device 0" in text
     csv = pd.read_csv(root / "report" / "ranking.csv")
     assert list(csv["rank"]) == list(range(1, 7)) and csv["rule"].notna().all()
     assert csv.loc[0, "recommended"] and csv.loc[2, "baseline"]
     assert not list((root / "report").glob(".*"))  # no temporaries left behind
+    assert {p.name for p in (root / "report").iterdir()} == {
+        "ranking.csv",
+        "report.md",
+        "report.html",
+        "recommendation.json",
+    }
     top = analysis.top_configs(root, n=2)
     assert len(top) == 2 and list(top["rank"]) == [1, 2]
 
@@ -450,12 +461,19 @@ def test_snippets() -> None:
         "loss_scale": "none",
         "dtype": "float16",
     }
-    assert 'amp.auto_mixed_precision(net, "O2", dtype=mstype.float16)' in analysis.mindspore_snippet(row)
+    assert (
+        'amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)'
+        in analysis.mindspore_snippet(row)
+    )
+    assert 'Model(net_with_loss, optimizer=optimizer, amp_level="O0")' in analysis.model_snippet(row)
     row = {**row, "loss_scale": "dynamic", "clip": 1.0, "dtype": "bfloat16"}
     code = analysis.mindspore_snippet(row)
     assert "amp.DynamicLossScaler(" in code and "loss_scaler.adjust(is_finite)" in code
     assert "mstype.bfloat16" in code and "clip = ms.Tensor(1.0, mstype.float32)" in code
     compile(code, "<snippet>", "exec")
+    model = analysis.model_snippet(row)
+    assert "self.loss_scaler.adjust(is_finite)" in model and "self.grad(self.network, self.weights)" in model
+    compile(model, "<model snippet>", "exec")
 
 
 def test_file_uri(tmp_path: Path) -> None:
@@ -491,3 +509,305 @@ def test_module_entry_point(tmp_path: Path) -> None:
         cwd=Path(__file__).resolve().parents[1],
     )
     assert done.stdout.strip() == str(root / "report" / "report.md")
+
+
+def build_evidence_sweep(
+    root: Path, kinds: tuple[str, ...] = ("gpu",), unstable_on: str | None = None
+) -> None:
+    """Around one recommendation: a smaller clip that fires on every step, clipping
+    off (also stable), and the same config without its black-listed class (diverges).
+
+    On the kind named ``unstable_on`` the would-be winner diverges instead.
+    """
+    every_tenth = np.where(np.arange(STEPS) % 10 == 0, 2.0, 0.5)
+    nan_from_50 = np.where(np.arange(STEPS) < 50, CURVE, np.nan)[:60]
+    for kind in kinds:
+        for seed in range(3):
+            tid = f"{kind}-{seed}"
+            write_trial(
+                root, f"fp32-{tid}", loss=CURVE, amp_level="O0", seed=seed, step_ms=20.0, device_kind=kind
+            )
+            winner = nan_from_50 if kind == unstable_on else CURVE
+            write_trial(
+                root,
+                f"best-{tid}",
+                loss=winner,
+                black_list=["Norm"],
+                clip=1.0,
+                seed=seed,
+                grad_norm=every_tenth[: len(winner)],
+                device_kind=kind,
+            )
+            write_trial(
+                root,
+                f"small-{tid}",
+                loss=CURVE,
+                black_list=["Norm"],
+                clip=0.25,
+                seed=seed,
+                grad_norm=every_tenth,
+                device_kind=kind,
+            )
+            write_trial(
+                root, f"off-{tid}", loss=CURVE * 1.01, black_list=["Norm"], seed=seed, device_kind=kind
+            )
+            write_trial(root, f"bare-{tid}", loss=nan_from_50, clip=1.0, seed=seed, device_kind=kind)
+
+
+def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
+    build_evidence_sweep(tmp_path)
+    a = analysis.analyze(tmp_path)
+    rec = a.kinds[0].recommendation
+    assert rec["status"] == "recommended"
+    assert rec["config"] == {
+        "amp_level": "O2",
+        "black_list": ["Norm"],
+        "clip": 1.0,
+        "loss_scale": "none",
+        "dtype": "float16",
+        "device_kind": "gpu",
+    }
+    by_relation = {n["relation"]: n for n in rec["evidence"]["neighbours"]}
+    assert by_relation["clip_smaller"]["config"]["clip"] == 0.25
+    assert by_relation["clip_smaller"]["clip_label"] == "threshold too small"
+    assert by_relation["clip_larger"]["config"]["clip"] is None
+    assert "clipping is not needed for stability" in by_relation["clip_larger"]["text"]
+    without = by_relation["black_list_without"]
+    assert without["class"] == "Norm" and without["stability"] == "unstable" and without["n_diverged"] == 3
+    assert "keeping Norm in float32 is what makes this configuration work" in without["text"]
+    fp32 = rec["evidence"]["fp32"]
+    assert fp32["config"]["amp_level"] == "O0" and fp32["final_loss_delta"] == pytest.approx(0.0)
+    assert "against FP32" in fp32["text"] and "2.00x FP32's speed (faster)" in fp32["text"]
+    assert rec["seeds_agreeing"] == rec["seeds_total"] == 3
+    assert any("no clip threshold was tried between 0.25 and 1.0" in u for u in rec["undecided"])
+    assert any("loss scaling was not tried" in u for u in rec["undecided"])
+    assert rec["evidence"]["runner_up"]["config"]["clip"] is None
+    text = analysis.render_markdown(a)
+    assert "**Evidence**" in text and "**What this sweep could not decide**" in text
+    assert "no clip threshold was tried between 0.25 and 1.0" in text
+
+
+def test_untried_black_list_removal_is_undecided(tmp_path: Path) -> None:
+    for seed in range(2):
+        write_trial(tmp_path, f"b{seed}", loss=CURVE, amp_level="O0", seed=seed)
+        write_trial(tmp_path, f"r{seed}", loss=CURVE, black_list=["Norm", "Head"], seed=seed)
+        write_trial(tmp_path, f"h{seed}", loss=nan_curve(), black_list=["Head"], seed=seed)
+    rec = analysis.analyze(tmp_path).kinds[0].recommendation
+    neighbours = {n.get("class"): n for n in rec["evidence"]["neighbours"]}
+    assert neighbours["Head"]["tried"] is False  # [Norm] alone was never run
+    assert neighbours["Norm"]["tried"] is True and neighbours["Norm"]["stability"] == "unstable"
+    assert any("whether Head needs float32 is undecided" in u for u in rec["undecided"])
+    assert any("2 seeds per configuration" in u for u in rec["undecided"])
+
+
+def nan_curve() -> np.ndarray:
+    return np.where(np.arange(STEPS) < 50, CURVE, np.nan)[:60]
+
+
+def test_seed_disagreement_is_reported(tmp_path: Path) -> None:
+    def tail(factor: float) -> np.ndarray:
+        """Only the final-loss window changes, so steps to target stay equal."""
+        loss = CURVE.copy()
+        loss[-20:] *= factor
+        return loss
+
+    for seed in range(3):
+        write_trial(tmp_path, f"b{seed}", loss=CURVE, amp_level="O0", seed=seed)
+        # seeds 0 and 1 prefer "A" (lower final loss there); seed 2 prefers "B"
+        write_trial(tmp_path, f"x{seed}", loss=tail(1.0 if seed < 2 else 1.02), black_list=["A"], seed=seed)
+        write_trial(tmp_path, f"y{seed}", loss=tail(1.01), black_list=["B"], seed=seed)
+    rec = analysis.analyze(tmp_path).kinds[0].recommendation
+    assert rec["config"]["black_list"] == ["A"]
+    assert (rec["seeds_agreeing"], rec["seeds_total"]) == (2, 3)
+    picks = {p["seed"]: p["agrees"] for p in rec["seed_picks"]}
+    assert picks == {0: True, 1: True, 2: False}
+    assert any("1 of 3 seeds rank another stable configuration first" in u for u in rec["undecided"])
+    assert any("differ only in final loss" in u for u in rec["undecided"])
+
+
+def test_per_device_kind_rankings(tmp_path: Path) -> None:
+    build_evidence_sweep(tmp_path, kinds=("ascend", "gpu"), unstable_on="ascend")
+    a = analysis.analyze(tmp_path)
+    assert [k.device_kind for k in a.kinds] == ["ascend", "gpu"]
+    for kind in a.kinds:
+        assert set(kind.ranking["device_kind"]) == {kind.device_kind}
+        assert list(kind.ranking["rank"]) == list(range(1, len(kind.ranking) + 1))
+    ascend, gpu = (k.recommendation for k in a.kinds)
+    assert gpu["config"]["clip"] == 1.0
+    assert ascend["config"]["clip"] is None  # its clip-1.0 config diverged on ascend
+    # the next smaller threshold diverges where "off" is stable: the boundary lies in an untried gap
+    assert any("no clip threshold above 1.0 was tried" in u for u in ascend["undecided"])
+    doc = json.loads((Path(analysis.write_report(tmp_path)).parent / "recommendation.json").read_text())
+    assert doc["status"] == "recommended" and doc["device_kinds"] == ["ascend", "gpu"]
+    assert doc["config"] is None and len(doc["recommendations"]) == 2  # several kinds: read the list
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Recommendation (device kind: ascend)" in text and "## Ranking (device kind: gpu)" in text
+    assert "each kind is ranked on its own" in text
+    top = analysis.top_configs(a, n=2)
+    assert list(zip(top["device_kind"], top["rank"])) == [
+        ("ascend", 1),
+        ("ascend", 2),
+        ("gpu", 1),
+        ("gpu", 2),
+    ]
+
+
+def test_recommendation_json_schema(tmp_path: Path) -> None:
+    build_evidence_sweep(tmp_path)
+    analysis.write_report(tmp_path)
+    raw = (tmp_path / "report" / "recommendation.json").read_text()
+    assert "NaN" not in raw and "Infinity" not in raw
+    doc = json.loads(raw)
+    assert list(doc) == [
+        "schema",
+        "sweep",
+        "status",
+        "device_kinds",
+        "config",
+        "evidence",
+        "seeds_agreeing",
+        "seeds_total",
+        "undecided",
+        "code",
+        "recommendations",
+    ]
+    assert doc["schema"] == analysis.RECOMMENDATION_SCHEMA == "ampsweep.recommendation/1"
+    assert doc["sweep"] == "unit-sweep" and doc["status"] == "recommended"
+    rec = doc["recommendations"][0]
+    assert doc["config"] == rec["config"] and doc["code"] == rec["code"]
+    assert set(rec["code"]) == {"train_step", "model"}
+    for key in ("final_loss", "steps_to_target", "clip_rate", "speed_vs_fp32"):
+        assert set(rec["evidence"][key]) == {"median", "min", "max"}
+    documented = analysis._recommendation.__doc__
+    for key in [*rec, *rec["evidence"], *rec["evidence"]["neighbours"][0]]:
+        assert f'"{key}"' in documented, f"{key} is not in the schema docstring"
+
+
+def test_no_stable_recommendation_json(tmp_path: Path) -> None:
+    write_trial(tmp_path, "b", loss=CURVE, amp_level="O0")
+    write_trial(tmp_path, "d", loss=np.r_[CURVE[:30], [np.nan] * 5], amp_level="O2")
+    analysis.write_report(tmp_path)
+    doc = json.loads((tmp_path / "report" / "recommendation.json").read_text())
+    assert doc["status"] == "no_stable_config" and doc["config"] is None
+    rec = doc["recommendations"][0]
+    assert rec["fallback"]["config"]["amp_level"] == "O0"
+    assert "nothing is cast" in rec["code"]["train_step"]
+    assert any("loss_scale: [dynamic]" in s for s in rec["next_steps"])
+    assert "closest: O2" in " ".join(rec["evidence"]["statements"])
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "No mixed-precision configuration was stable" in text and "What to try next" in text
+
+
+def test_equivalents_are_truncated(tmp_path: Path) -> None:
+    write_trial(tmp_path, "base", loss=CURVE, amp_level="O0")
+    for i in range(7):
+        write_trial(
+            tmp_path, f"dup{i}", loss=CURVE, amp_level="O0", black_list=[f"L{i}"], equivalent_to="base"
+        )
+    text = analysis.render_markdown(analysis.analyze(tmp_path))
+    assert "equivalent configurations not counted twice: 7" in text
+    assert "dup0 (O0 bl=[L0]) = base" in text and "dup3" not in text and "and 4 more" in text
+
+
+def test_dynamic_scale_window_matches_trainer() -> None:
+    from jobs._trainer import DYNAMIC_SCALE_WINDOW
+
+    assert analysis._code.DYNAMIC_SCALE_WINDOW == DYNAMIC_SCALE_WINDOW
+
+
+SNIPPET_NET = """
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+
+
+class CustomNorm(nn.Cell):
+    def __init__(self, n):
+        super().__init__()
+        self.gamma = ms.Parameter(ms.Tensor(np.ones(n, np.float32)), name="gamma")
+
+    def construct(self, x):
+        mean = x.mean(-1, keep_dims=True)
+        var = ((x - mean) ** 2).mean(-1, keep_dims=True)
+        return (x - mean) / ops.sqrt(var + 1e-5) * self.gamma
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Dense(4, 8)
+        self.norm = CustomNorm(8)
+        self.head = nn.Dense(8, 3)
+
+    def construct(self, x):
+        return self.head(ops.relu(self.norm(self.fc1(x))))
+"""
+
+SNIPPET_RUNNER = """
+import importlib, sys, types
+import numpy as np
+import mindspore as ms
+import mindspore.dataset as mds
+from mindspore import nn
+import snippet_net
+
+ms.set_context(mode=ms.GRAPH_MODE)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(8, 4)).astype(np.float32)
+y = rng.integers(0, 3, 8).astype(np.int32)
+for i, name in enumerate(sys.argv[1:]):
+    net = snippet_net.Net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    ctx = types.ModuleType("snippet_ctx")
+    ctx.__dict__.update(
+        net=net, optimizer=optimizer, epochs=1, CustomNorm=snippet_net.CustomNorm,
+        loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+        dataset=mds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(4),
+    )
+    sys.modules["snippet_ctx"] = ctx
+    before = net.fc1.weight.asnumpy().copy()
+    importlib.import_module(name)  # a real module: MindSpore compiles a Cell from its source file
+    assert np.abs(net.fc1.weight.asnumpy() - before).max() > 0, name
+    print("ran", name)
+"""
+
+
+def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
+    """Every form of the generated code trains a tiny network for two steps on MindSpore (CPU)."""
+    configs = [
+        {
+            "amp_level": "O2",
+            "black_list": ("CustomNorm",),
+            "clip": 1.0,
+            "loss_scale": "dynamic",
+            "dtype": "float16",
+        },
+        {"amp_level": "O2", "black_list": (), "clip": float("nan"), "loss_scale": "none", "dtype": "float16"},
+        {
+            "amp_level": "O3",
+            "black_list": ("CustomNorm",),
+            "clip": float("nan"),
+            "loss_scale": "static:128",
+            "dtype": "float16",
+        },
+    ]
+    (tmp_path / "snippet_net.py").write_text(SNIPPET_NET)
+    names = []
+    for i, cfg in enumerate(configs):
+        for form, code in analysis.snippets(cfg).items():
+            code = code.replace(
+                "model.train(epochs, dataset)", "model.train(epochs, dataset, dataset_sink_mode=False)"
+            )
+            name = f"snippet_{i}_{form}"
+            (tmp_path / f"{name}.py").write_text("from snippet_ctx import *\n" + code + "\n")
+            names.append(name)
+    done = subprocess.run(
+        [sys.executable, "-c", SNIPPET_RUNNER, *names],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "GLOG_v": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert done.stdout.count("ran ") == len(names)
