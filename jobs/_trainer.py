@@ -66,7 +66,12 @@ class TrialOutcome:
 
     @classmethod
     def failure(
-        cls, error: str, *, traceback: str | None = None, wall_s: float = 0.0, target_loss: float | None = None
+        cls,
+        error: str,
+        *,
+        traceback: str | None = None,
+        wall_s: float = 0.0,
+        target_loss: float | None = None,
     ) -> TrialOutcome:
         """A trial that ended in an exception, or that no worker could finish."""
         return cls(
@@ -155,6 +160,10 @@ class CompiledStep:
         self._reset_graph: Any = None
         skips_nonfinite = scaler is not None
         one = ms.Tensor(1.0, mstype.float32)
+        n_params = len(params)
+        segments = ms.Tensor(
+            np.repeat(np.arange(n_params), [int(np.prod(p.shape)) for p in params]).astype(np.int32)
+        )
 
         def forward(*batch: Any) -> Any:
             loss = loss_cell(*batch)
@@ -170,11 +179,13 @@ class CompiledStep:
                 grads = scaler.unscale(grads)
             else:
                 scale = one
-            grads32 = [g.astype(mstype.float32) for g in grads]
-            squares = ops.stack([ops.reduce_sum(g * g) for g in grads32])
-            absmax = ops.stack([ops.reduce_max(ops.abs(g)) for g in grads32])
-            bad = ops.stack(
-                [ops.reduce_sum(ops.logical_not(ops.isfinite(g)).astype(mstype.float32)) for g in grads32]
+            # One flat vector and segment reductions: a handful of kernels in all,
+            # instead of several per parameter tensor (the step is dispatch-bound).
+            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+            squares = ops.unsorted_segment_sum(flat * flat, segments, n_params)
+            absmax = ops.unsorted_segment_max(ops.abs(flat), segments, n_params)
+            bad = ops.unsorted_segment_sum(
+                ops.logical_not(ops.isfinite(flat)).astype(mstype.float32), segments, n_params
             )
             norm = ops.sqrt(ops.reduce_sum(squares))
             finite = ops.reduce_sum(bad) == 0
