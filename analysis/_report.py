@@ -351,16 +351,20 @@ def ranking_csv(ranking: pd.DataFrame) -> str:
     return frame.to_csv(index=False, lineterminator="\n")
 
 
-def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+def write_report(
+    sweep_dir: str | Path, out_dir: str | Path | None = None, analysis: SweepAnalysis | None = None
+) -> Path:
     """Write ``ranking.csv``, ``report.md``, ``report.html`` and
     ``recommendation.json``; return the path of ``report.md``.
 
     ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep
-    folder is a URI or read-only.
+    folder is a URI or read-only. ``analysis`` reuses an ``analyze`` result
+    already in hand instead of reading the sweep again.
     """
     if out_dir is None and "://" in str(sweep_dir):
         raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")
-    analysis = analyze(sweep_dir)
+    if analysis is None:
+        analysis = analyze(sweep_dir)
     target = Path(out_dir) if out_dir is not None else Path(resolve(sweep_dir).root) / "report"
     _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
     _atomic_write(target / "recommendation.json", recommendation_json(analysis))

@@ -103,10 +103,11 @@ def _print_top(sweep_dir: Path, top: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from analysis import top_configs, write_report
+    from analysis import analyze, top_configs, write_report
 
-    report = write_report(sweep_dir)
-    frame = top_configs(sweep_dir, top)
+    result = analyze(sweep_dir)
+    report = write_report(sweep_dir, analysis=result)
+    frame = top_configs(result, top)
     table = Table(title=f"top {len(frame)} configurations (full report: {report})", show_lines=True)
     for name in ("#", "configuration", "seeds", "diverged", "clip rate", "steps to target", "final loss"):
         table.add_column(name, overflow="fold")
@@ -121,6 +122,8 @@ def _print_top(sweep_dir: Path, top: int) -> None:
         if row["loss_scale"] != "none":
             parts.append(f"loss scale {row['loss_scale']}")
         parts.append(str(row["dtype"]))
+        if "device_kind" in row and frame["device_kind"].nunique() > 1:
+            parts.append(f"on {row['device_kind']}")
         table.add_row(
             str(row["rank"]),
             " · ".join(parts),
