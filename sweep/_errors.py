@@ -11,5 +11,5 @@ class SpecError(ValueError):
     def __init__(self, field: str, value: Any, allowed: str) -> None:
         self.field = field
         self.value = value
-        self.allowed = allowed
-        super().__init__(f"{field}: {value!r} is not allowed; {allowed}")
+        self.allowed = " ".join(allowed.split())  # one line, whatever a user's exception printed
+        super().__init__(f"{field}: {value!r} is not allowed; {self.allowed}")

@@ -11,6 +11,7 @@ import pytest
 from sweep.cli import main
 
 BAD_SPECS = [
+    ({"workload_args": {"nonsense": 1}}, "workload_args", "{'nonsense': 1}", "the factory rejected them"),
     ({"grid": {"amp_level": ["O2", "O5"]}}, "grid.amp_level[1]", "'O5'", "'O0', 'O1', 'O2' or 'O3'"),
     ({"grid": {"clip": [1.0, -3]}}, "grid.clip", "-3", "> 0 or null"),
     ({"grid": {"clip": ["big"]}}, "grid.clip[0]", "'big'", "number"),
@@ -102,3 +103,11 @@ def test_plan_counts_trials_and_graphs(write_spec, capsys):
     # 2 levels x 2 black lists x 2 clips; graphs: O0 and O2, each with and without Scaler
     assert out.splitlines()[0].startswith("tiny: 8 trials, 4 distinct compiled graphs, 2 equivalent")
     assert len(out.splitlines()) == 9
+
+
+def test_a_factory_that_raises_is_a_one_line_spec_error(write_spec, tmp_path, capsys):
+    model = tmp_path / "raising.py"
+    model.write_text("def make(seed):\n    raise ValueError('no data here\\nsecond line')\n")
+    assert main(["plan", str(write_spec({"workload": f"{model}:make"}))]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "calling it failed: ValueError: no data here second line" in lines[0]
