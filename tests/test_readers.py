@@ -20,33 +20,17 @@ import pandas as pd
 import pytest
 
 import analysis
-from jobs import TrialConfig
-from jobs._trainer import run_trial
-from jobs._worker import to_record
 from sweep import SweepStore
+from tests.test_store import _record as store_record
 
 duckdb = pytest.importorskip("duckdb")
 pl = pytest.importorskip("polars")
 
 STEPS = 12
-PLACEMENT = {"device_kind": "cpu", "node": "n", "device_id": "", "worker_index": 0}
 
 
 def _record(amp_level: str, clip: float | None, seed: int):
-    config = TrialConfig(
-        workload="tests.linear_workload:make",
-        steps=STEPS,
-        abort_after=3,
-        amp_level=amp_level,
-        black_list=(),
-        clip=clip,
-        loss_scale="none",
-        dtype="float16",
-        seed=seed,
-        layer_every=5,
-    )
-    outcome = run_trial(config, config.workload)
-    return to_record(config, outcome, sweep="readers", equivalent_to=None, placement=PLACEMENT)
+    return store_record(clip=clip, steps=STEPS, seed=seed, amp_level=amp_level, sweep="readers")[1]
 
 
 @pytest.fixture(scope="module")

@@ -78,12 +78,15 @@ def test_schema_is_pinned_and_documented(table):
 PLACEMENT = {"device_kind": "cpu", "node": "n", "device_id": "", "worker_index": 0}
 
 
-def _record(clip: float | None = 0.5, steps: int = 12, seed: int = 0):
+def _record(
+    clip: float | None = 0.5, steps: int = 12, seed: int = 0, amp_level: str = "O0", sweep: str = "s"
+):
+    """A real short trial of the linear workload, laid out as the store writes it."""
     config = TrialConfig(
         workload="tests.linear_workload:make",
         steps=steps,
         abort_after=3,
-        amp_level="O0",
+        amp_level=amp_level,
         black_list=(),
         clip=clip,
         loss_scale="none",
@@ -92,7 +95,7 @@ def _record(clip: float | None = 0.5, steps: int = 12, seed: int = 0):
         layer_every=5,
     )
     outcome = run_trial(config, config.workload)
-    return config, to_record(config, outcome, sweep="s", equivalent_to=None, placement=PLACEMENT)
+    return config, to_record(config, outcome, sweep=sweep, equivalent_to=None, placement=PLACEMENT)
 
 
 def test_round_trip_through_pyarrow_dataset_and_pandas(tmp_path):
