@@ -90,10 +90,10 @@ def _fresh_workload(config: Any) -> Any:
 
 
 def _batches(config: Any) -> list[tuple[Any, ...]]:
-    from jobs._trainer import _to_tensors
+    from jobs._batches import to_tensors
 
     stream = iter(_fresh_workload(config).batches)
-    return [_to_tensors(next(stream)) for _ in range(DISTINCT_BATCHES)]
+    return [to_tensors(next(stream)) for _ in range(DISTINCT_BATCHES)]
 
 
 def _bare_parts(config: Any) -> tuple[Any, Any]:

@@ -2,23 +2,30 @@
 
 Importing this package is cheap; MindSpore is imported by the functions that
 need it, so the driver can plan a sweep without loading a device runtime.
+The driver uses only the names exported here.
 """
 
 from __future__ import annotations
 
-from ._config import TrialConfig, loss_scale_kind
-from ._schema import LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+from ._amp import known_layer_types, network_cell_types
+from ._config import TrialConfig
+from ._placement import DeviceSetup, Placement
+from ._result import Outcome, TrialResult
+from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
 
 __all__ = [
-    "LAYERS_SCHEMA",
-    "STEPS_SCHEMA",
-    "TRIALS_SCHEMA",
+    "DeviceSetup",
+    "Outcome",
+    "Placement",
     "TrialConfig",
+    "TrialResult",
+    "TrialWorker",
     "Workload",
     "WorkloadError",
     "build_workload",
+    "known_layer_types",
     "load_factory",
-    "loss_scale_kind",
+    "network_cell_types",
     "resolve_reference",
 ]

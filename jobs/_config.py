@@ -11,6 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ampsweep_contracts import parse_loss_scale
+
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (
     "workload",
@@ -35,11 +37,6 @@ def _short_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def loss_scale_kind(loss_scale: str) -> str:
-    """``static:1024`` -> ``static``: the part that changes the graph."""
-    return loss_scale.split(":", 1)[0]
-
-
 @dataclass(frozen=True)
 class TrialConfig:
     """A resolved grid point plus the sweep's fixed settings.
@@ -59,6 +56,8 @@ class TrialConfig:
     seed: int
     workload_args: dict[str, Any] = field(default_factory=dict)
     layer_every: int = 50
+    #: ``inside``: the loss cell is cast with the network (a cast ``WithLossCell``)
+    loss_placement: str = "inside"
 
     def canonical(self) -> dict[str, Any]:
         data = asdict(self)
@@ -73,7 +72,7 @@ class TrialConfig:
     def graph_id(self) -> str:
         data = self.canonical()
         graph = {key: data[key] for key in _GRAPH_FIELDS}
-        graph["loss_scale"] = loss_scale_kind(self.loss_scale)
+        graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind  # the value is state, not graph
         return _short_hash(graph)
 
     @property

@@ -16,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from ampsweep_contracts import final_loss, first_nonfinite_step, parse_loss_scale
+
 from ._amp import apply_amp, known_layer_types, resolve_black_list
-from ._config import TrialConfig, loss_scale_kind
+from ._batches import batch_stream
+from ._capture import layers_table, steps_table
+from ._config import TrialConfig
+from ._placement import Placement
+from ._result import Outcome, TrialResult
 from ._workload import Workload, build_workload
 
 #: Steps whose metrics are copied to the host together.
@@ -49,56 +55,17 @@ class TrialMetrics:
     layer_nonfinite: np.ndarray
 
 
-@dataclass
-class TrialOutcome:
-    """What one trial produced; the worker turns it into Arrow tables."""
-
-    outcome: str
-    steps_run: int
-    first_nonfinite_step: int | None
-    final_loss: float | None
-    target_loss: float | None
-    compile_s: float
-    wall_s: float
-    metrics: TrialMetrics | None = None
-    error: str | None = None
-    traceback: str | None = None
-
-    @classmethod
-    def failure(
-        cls,
-        error: str,
-        *,
-        traceback: str | None = None,
-        wall_s: float = 0.0,
-        target_loss: float | None = None,
-    ) -> TrialOutcome:
-        """A trial that ended in an exception, or that no worker could finish."""
-        return cls(
-            outcome="failed",
-            steps_run=0,
-            first_nonfinite_step=None,
-            final_loss=None,
-            target_loss=target_loss,
-            compile_s=0.0,
-            wall_s=wall_s,
-            error=error,
-            traceback=traceback,
-        )
-
-
 def _make_scaler(loss_scale: str) -> Any:
     from mindspore import amp
 
-    kind = loss_scale_kind(loss_scale)
-    value = loss_scale.split(":", 1)[1] if ":" in loss_scale else None
-    if kind == "none":
+    scale = parse_loss_scale(loss_scale)
+    if scale.kind == "none":
         return None
-    if kind == "static":
-        return amp.StaticLossScaler(float(value))
+    if scale.kind == "static":
+        return amp.StaticLossScaler(scale.initial)
     # a window of 50 finite steps before doubling again (MindSpore's Model uses
     # 2000) lets a few-hundred-step trial show the scale recover, not only fall
-    return amp.DynamicLossScaler(float(value) if value else 2.0**16, 2, DYNAMIC_SCALE_WINDOW)
+    return amp.DynamicLossScaler(scale.initial, 2, DYNAMIC_SCALE_WINDOW)
 
 
 def _check_device_support(config: TrialConfig, device_target: str) -> None:
@@ -248,13 +215,6 @@ class CompiledStep:
         return self._step(clip, *batch)
 
 
-def _to_tensors(batch: Any) -> tuple[Any, ...]:
-    import mindspore as ms
-
-    items = batch if isinstance(batch, (tuple, list)) else (batch,)
-    return tuple(x if isinstance(x, ms.Tensor) else ms.Tensor(np.asarray(x)) for x in items)
-
-
 def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
     """Index of the step at which ``abort_after`` consecutive non-finite losses end."""
     run = 0
@@ -265,32 +225,20 @@ def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
     return None
 
 
-def _final_loss(loss: np.ndarray) -> float | None:
-    tail = loss[-max(1, len(loss) // 10) :]
-    tail = tail[np.isfinite(tail)]
-    return float(tail.mean()) if len(tail) else None
-
-
 def _train(
     config: TrialConfig, workload: Workload, step: CompiledStep
 ) -> tuple[TrialMetrics, float, int | None]:
     from mindspore import ops
 
     clip = step.clip_tensor(config.clip)
-    batches = iter(workload.batches)
+    batches = batch_stream(workload.batches, config.steps)
     rows: list[np.ndarray] = []
     step_ms: list[float] = []
     compile_s = 0.0
     abort_at: int | None = None
     pending: list[Any] = []
     block_start = time.perf_counter()
-    for index in range(config.steps):
-        try:
-            batch = _to_tensors(next(batches))
-        except StopIteration:
-            raise RuntimeError(
-                f"workload batches ended after {index} steps; the spec asks for {config.steps}"
-            ) from None
+    for index, batch in enumerate(batches):
         if index == 0:
             started = time.perf_counter()
             first = step(clip, batch).asnumpy()
@@ -367,13 +315,17 @@ class GraphCache:
 
 
 def run_trial(
-    config: TrialConfig, workload_ref: str, device_target: str = "CPU", cache: GraphCache | None = None
-) -> TrialOutcome:
-    """Run one trial to an outcome; exceptions become a ``failed`` outcome."""
+    config: TrialConfig,
+    workload_ref: str,
+    placement: Placement | None = None,
+    cache: GraphCache | None = None,
+) -> TrialResult:
+    """Run one trial to a result; an exception becomes a ``failed`` result, never a crash."""
+    placement = placement or local_placement()
     started = time.perf_counter()
     target_loss: float | None = None
     try:
-        _check_device_support(config, device_target)
+        _check_device_support(config, placement.device_target)
         seed_everything(config.seed)
         workload = build_workload(workload_ref, config.seed, config.workload_args)
         target_loss = workload.target_loss
@@ -387,31 +339,48 @@ def run_trial(
     except Exception as exc:  # a trial's failure must not stop the sweep
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return TrialOutcome.failure(
-            f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+        return TrialResult.failure(
+            config,
+            one_line(exc),
+            placement,
             traceback=None if isinstance(exc, UnsupportedCombination) else traceback.format_exc(),
             wall_s=time.perf_counter() - started,
             target_loss=target_loss,
         )
-    bad = np.flatnonzero(~np.isfinite(metrics.loss))
-    return TrialOutcome(
-        outcome="completed" if abort_at is None else "diverged",
+    return TrialResult(
+        config=config,
+        outcome=Outcome.COMPLETED if abort_at is None else Outcome.DIVERGED,
+        placement=placement,
         steps_run=len(metrics.loss),
-        first_nonfinite_step=int(bad[0]) if len(bad) else None,
-        final_loss=_final_loss(metrics.loss),
-        target_loss=target_loss if target_loss is None else float(target_loss),
+        first_nonfinite_step=first_nonfinite_step(metrics.loss),
+        final_loss=final_loss(metrics.loss),
+        target_loss=None if target_loss is None else float(target_loss),
         compile_s=compile_s,
         wall_s=time.perf_counter() - started,
-        metrics=metrics,
+        steps=steps_table(config, metrics),
+        layers=layers_table(config, metrics),
     )
 
 
-def is_clipped(grad_norm: np.ndarray, clip: float | None) -> np.ndarray:
-    """The exact clipping decision the compiled step made."""
-    if clip is None:
-        return np.zeros(len(grad_norm), dtype=bool)
-    return np.asarray(grad_norm > clip) & np.isfinite(grad_norm)
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` — what the ``error`` column holds."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-__all__ = ["TrialOutcome", "TrialMetrics", "run_trial", "is_clipped", "CompiledStep"]
+def local_placement() -> Placement:
+    """Where a trial runs when called outside an actor (tests, benchmarks): this process's CPU."""
+    return Placement(device_kind="cpu", device_target="CPU", mindspore_version=mindspore_version())
+
+
+def mindspore_version() -> str:
+    """The installed MindSpore version, read without importing MindSpore."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mindspore")
+    except PackageNotFoundError:
+        return ""
+
+
+__all__ = ["CompiledStep", "GraphCache", "TrialMetrics", "local_placement", "one_line", "run_trial"]

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampsweep_contracts import ReferenceFormError, parse_reference
+
 
 @dataclass
 class Workload:
@@ -24,14 +26,16 @@ class Workload:
     ``(predictions, label)`` to a scalar; ampsweep wraps both in one Cell so
     the loss itself can be kept in FP32 by a black list. ``optimizer`` is a
     callable because the optimizer must be built over the parameters of the
-    network *after* AMP has cast it. ``batches`` yields tuples
-    ``(*inputs, label)`` of NumPy arrays or Tensors, at least ``steps`` long.
+    network *after* AMP has cast it. ``batches`` is either an iterable of
+    tuples ``(*inputs, label)`` of NumPy arrays or Tensors, at least ``steps``
+    long, or a ``mindspore.dataset`` pipeline, which is repeated over as many
+    epochs as ``steps`` needs.
     """
 
     network: Any
     loss_fn: Any
     optimizer: Callable[[list[Any]], Any]
-    batches: Iterable[tuple[Any, ...]]
+    batches: Iterable[tuple[Any, ...]] | Any  # or a mindspore.dataset.Dataset
     target_loss: float | None = None
 
 
@@ -65,13 +69,12 @@ def _load_module_from_file(path: Path) -> Any:
 
 
 def split_reference(reference: str) -> tuple[str, str]:
-    """Split ``module:attr`` / ``file.py:attr`` into its two parts."""
-    module_part, sep, attr = reference.rpartition(":")
-    if not sep or not module_part or not attr.isidentifier():
-        raise WorkloadError(
-            f"workload: {reference!r} is not of the form 'package.module:make' or 'path/to/file.py:make'"
-        )
-    return module_part, attr
+    """Split ``module:attr`` / ``file.py:attr`` into its two parts (the contract's parser)."""
+    try:
+        parsed = parse_reference(reference)
+    except ReferenceFormError as exc:
+        raise WorkloadError(f"workload: {reference!r}: {exc}") from None
+    return parsed.module, parsed.attr
 
 
 def resolve_reference(reference: str, base_dir: Path | None = None) -> str:

@@ -1,17 +1,27 @@
-"""What the user drives: the sweep file, the grid, the launcher, the store, the CLI."""
+"""What the user drives: the sweep file, the grid, the launcher, the store, the CLI.
+
+``Sweep(spec).run(out)`` is the Python entry point; ``ampsweep`` wraps it.
+"""
 
 from __future__ import annotations
 
+from ._api import Sweep, SweepResult
+from ._config import FailurePolicy, RunConfig
 from ._errors import SpecError
 from ._grid import count_graphs, equivalents, expand_grid
-from ._launcher import SweepRun, run_sweep, start_ray
+from ._launcher import start_ray
+from ._plan import SweepPlan
 from ._spec import Grid, SweepSpec, parse_spec, read_spec
 from ._store import SweepStore
 
 __all__ = [
+    "FailurePolicy",
     "Grid",
+    "RunConfig",
     "SpecError",
-    "SweepRun",
+    "Sweep",
+    "SweepPlan",
+    "SweepResult",
     "SweepSpec",
     "SweepStore",
     "count_graphs",
@@ -19,6 +29,5 @@ __all__ = [
     "expand_grid",
     "parse_spec",
     "read_spec",
-    "run_sweep",
     "start_ray",
 ]

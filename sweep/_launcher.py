@@ -13,23 +13,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import TrialConfig
+from ampsweep_contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
+from jobs import Placement, TrialConfig, TrialResult, TrialWorker
 
-from ._grid import equivalents, expand_grid
+from ._config import FailurePolicy, RunConfig
+from ._plan import SweepPlan
 from ._progress import SweepProgress
-from ._spec import SweepSpec
 from ._store import SweepStore
-from .devices import DeviceBackend, discover
-
-#: How often one trial may lose its worker before it is recorded as failed.
-MAX_TRIAL_ATTEMPTS = 3
-#: How often a device slot may lose its actor in a row before it is given up.
-MAX_SLOT_DEATHS = 3
+from .devices import DeviceBackend, device_setup, discover
 
 
 @dataclass
 class SweepRun:
-    """What a finished ``run_sweep`` reports back."""
+    """What a finished run reports back: counts, and where the results are."""
 
     root: str
     total: int
@@ -65,16 +61,16 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     relative to it. With ``--address`` the file's folder is sent as the
     runtime_env working_dir.
     """
-    module, _, attr = workload_ref.rpartition(":")
-    if address is None or not module.endswith(".py"):
+    reference = parse_reference(workload_ref)
+    if address is None or not reference.is_file:
         return workload_ref, None
-    path = os.path.abspath(module)
+    path = os.path.abspath(reference.module)
     if _inside_ray_job():
         cwd = os.getcwd()
         if os.path.commonpath([cwd, path]) == cwd:
-            return f"{os.path.relpath(path, cwd)}:{attr}", None
+            return str(reference.with_module(os.path.relpath(path, cwd))), None
         return workload_ref, None
-    return f"{os.path.basename(path)}:{attr}", {"working_dir": os.path.dirname(path)}
+    return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
@@ -100,63 +96,54 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
 def _new_actor(slot: _Slot, compute_on: str | None) -> Any:
     import ray
 
-    from jobs._worker import TrialWorker
-
     remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
-    kind = slot.backend.kind
-    compute = compute_on or kind
-    # computing on CPU (a CPU actor, or a dry run of a device sweep) pins one core per actor
-    core = slot.ordinal if compute == "cpu" else None
-    return remote.remote(slot.index, kind, compute, core)
+    return remote.remote(slot.index, device_setup(slot.backend, slot.ordinal, compute_on))
 
 
-def _failed_record(
-    config: TrialConfig, sweep: str, equivalent_to: str | None, error: str, slot: _Slot
-) -> Any:
-    from jobs._trainer import TrialOutcome
-    from jobs._worker import to_record
-
-    outcome = TrialOutcome.failure(error)
-    placement = {"device_kind": slot.backend.kind, "node": "", "device_id": "", "worker_index": slot.index}
-    return to_record(config, outcome, sweep=sweep, equivalent_to=equivalent_to, placement=placement)
+def _failed_result(config: TrialConfig, error: str, slot: _Slot, compute_on: str | None) -> TrialResult:
+    """A trial no worker could finish: recorded where it was last tried."""
+    setup = device_setup(slot.backend, slot.ordinal, compute_on)
+    placement = Placement(setup.device_kind, setup.mindspore_target, worker_index=slot.index)
+    return TrialResult.failure(config, error, placement)
 
 
-def run_sweep(
-    spec: SweepSpec,
-    resolved_yaml: str,
-    workload_ref: str,
-    out: str,
-    *,
-    workers: int | None = None,
-    address: str | None = None,
-    devices: str | list[str] | None = None,
-    compute_on: str | None = None,
-    progress: bool = True,
-    runtime_env: dict[str, Any] | None = None,
-) -> SweepRun:
-    """Run every trial of ``spec`` that ``out`` does not already hold."""
+def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> SweepRun:
+    """Run every trial of ``plan`` that ``out`` does not already hold.
+
+    The plan is validated already (``Sweep`` does that); this is the part that
+    needs Ray. The resolved spec and the plan are written before any trial.
+    """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-    trials = expand_grid(spec)
-    equivalent = equivalents(trials)
-    store = SweepStore(out, spec.name)
+    failure = run.failure or FailurePolicy()
+    compute_on = run.compute_on
+    workers = run.workers
+    trials = plan.trials
+    equivalent = plan.equivalent_to
+    store = SweepStore(out, plan.name)
     done = store.committed()
     pending = deque(t for t in trials if t.trial_id not in done)
     result = SweepRun(root=store.root, total=len(trials), skipped=len(trials) - len(pending), ran=0)
+    workload_ref = plan.workload_ref
+
+    def write_plan() -> None:
+        store.write_text(SPEC_FILE, resolved_yaml)
+        store.write_text(PLAN_FILE, encode_plan(plan.name, plan.entries()))
+
     if not pending:
-        store.write_text("sweep.yaml", resolved_yaml)
+        write_plan()
         return result
 
-    address = cluster_address(address)
+    address = cluster_address(run.address)
     if not ray.is_initialized():
         # a caller that started Ray itself decided the runtime_env already
         workload_ref, shipped = ship_workload(workload_ref, address)
-        start_ray(address, workers, {**(runtime_env or {}), **(shipped or {})} or None)
+        start_ray(address, workers, {**(run.runtime_env or {}), **(shipped or {})} or None)
     # discover before writing anything: a device kind the cluster lacks is a usage error
-    plan = discover(devices or spec.devices, ray.cluster_resources(), workers)
-    store.write_text("sweep.yaml", resolved_yaml)
-    slots = [_Slot(backend, i) for backend, count in plan for i in range(count)]
+    layout = discover(run.devices or plan.devices, ray.cluster_resources(), workers)
+    write_plan()
+    slots = [_Slot(backend, i) for backend, count in layout for i in range(count)]
     for ordinal, slot in enumerate(slots):
         slot.ordinal = ordinal
     slots = slots[: max(1, len(pending))]
@@ -168,7 +155,7 @@ def run_sweep(
 
     in_flight: dict[Any, tuple[_Slot, TrialConfig]] = {}
     idle = list(slots)
-    with SweepProgress(len(trials), result.skipped, progress) as bar:
+    with SweepProgress(len(trials), result.skipped, run.progress) as bar:
 
         def take_for(slot: _Slot) -> TrialConfig:
             # prefer a trial whose graph this actor has compiled already
@@ -184,13 +171,18 @@ def run_sweep(
             while idle and pending:
                 slot = idle.pop()
                 config = take_for(slot)
-                ref = slot.actor.run.remote(config, workload_ref, spec.name, equivalent.get(config.trial_id))
+                attempts[config.trial_id] = attempts.get(config.trial_id, 0) + 1
+                ref = slot.actor.run.remote(config, workload_ref)
                 in_flight[ref] = (slot, config)
             bar.set_running(len(in_flight))
 
-        def commit(record: Any) -> None:
-            store.commit(record)
-            outcome = record.trial.column("outcome")[0].as_py()
+        def commit(trial: TrialResult) -> None:
+            store.commit(
+                trial,
+                equivalent_to=equivalent.get(trial.trial_id),
+                attempts=attempts.get(trial.trial_id, 1),
+            )
+            outcome = trial.outcome.value
             result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
             result.ran += 1
             bar.finished(outcome)
@@ -202,22 +194,21 @@ def run_sweep(
             try:
                 record = ray.get(ready[0])
             except RayActorError as exc:
-                attempts[config.trial_id] = attempts.get(config.trial_id, 0) + 1
-                if attempts[config.trial_id] >= MAX_TRIAL_ATTEMPTS:
-                    message = f"WorkerDied: the worker died {MAX_TRIAL_ATTEMPTS} times running this trial"
-                    commit(_failed_record(config, spec.name, equivalent.get(config.trial_id), message, slot))
+                if attempts[config.trial_id] >= failure.max_attempts:
+                    message = f"WorkerDied: the worker died {failure.max_attempts} times running this trial"
+                    commit(_failed_result(config, message, slot, compute_on))
                 else:
                     pending.appendleft(config)
                     bar.retry()
                 slot.deaths += 1
-                if slot.deaths >= MAX_SLOT_DEATHS:
+                if slot.deaths >= failure.max_slot_deaths:
                     last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
                     continue  # give this device slot up
                 slot.actor = _new_actor(slot, compute_on)
                 slot.graphs.clear()
             except RayTaskError as exc:  # the trial code itself is guarded; this is serialization etc.
                 first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-                commit(_failed_record(config, spec.name, equivalent.get(config.trial_id), first, slot))
+                commit(_failed_result(config, first, slot, compute_on))
             else:
                 slot.deaths = 0
                 commit(record)

@@ -15,9 +15,17 @@ from typing import Protocol
 
 import pyarrow.fs as pafs
 
-from ._store import SweepStore, open_filesystem
+from ampsweep_contracts import (
+    PER_TRIAL_TABLES,
+    PLAN_FILE,
+    SPEC_FILE,
+    committed_ids,
+    is_data_file,
+    trial_folder,
+    trial_row_path,
+)
 
-_PER_TRIAL = ("steps", "layers")
+from ._store import SweepStore, open_filesystem
 
 
 class SweepSource(Protocol):
@@ -32,14 +40,6 @@ class SweepSource(Protocol):
 
     def read(self, relative: str) -> bytes | None:
         """A file's bytes, or None when it does not exist."""
-
-
-def _committed_in(listing: list[tuple[str, bool]]) -> set[str]:
-    return {
-        name[: -len(".parquet")]
-        for name, is_file in listing
-        if is_file and name.endswith(".parquet") and not name.startswith(".")
-    }
 
 
 class FileSystemSource:
@@ -57,13 +57,13 @@ class FileSystemSource:
         return self.fs.get_file_info(selector)
 
     def committed(self) -> set[str]:
-        return _committed_in([(f.base_name, f.type == pafs.FileType.File) for f in self._list("trials")])
+        return committed_ids([f.base_name for f in self._list("trials") if f.type == pafs.FileType.File])
 
     def files_of(self, trial_id: str) -> list[str]:
         found = []
-        for table in _PER_TRIAL:
-            for info in self._list(f"{table}/trial_id={trial_id}"):
-                if info.type == pafs.FileType.File and not info.base_name.startswith("."):
+        for table in PER_TRIAL_TABLES:
+            for info in self._list(trial_folder(table, trial_id)):
+                if info.type == pafs.FileType.File and is_data_file(info.base_name):
                     found.append(posixpath.relpath(info.path, self.root))
         return found
 
@@ -106,7 +106,7 @@ class RayHeadSource:
         return self._ray.get(ref)
 
     def committed(self) -> set[str]:
-        return _committed_in(self._run("list", f"{self.root}/trials"))
+        return committed_ids([name for name, is_file in self._run("list", f"{self.root}/trials") if is_file])
 
     def files_of(self, trial_id: str) -> list[str]:
         return self._run("files_of", self.root, trial_id)
@@ -128,14 +128,11 @@ def _head_call(operation: str, *args: str):  # noqa: ANN202 - runs on the head n
     if operation == "files_of":
         root, trial_id = args
         found = []
-        for table in _PER_TRIAL:
-            folder = os.path.join(root, table, f"trial_id={trial_id}")
+        for table in PER_TRIAL_TABLES:
+            relative = trial_folder(table, trial_id)
+            folder = os.path.join(root, relative)
             if os.path.isdir(folder):
-                found += [
-                    f"{table}/trial_id={trial_id}/{name}"
-                    for name in os.listdir(folder)
-                    if not name.startswith(".")
-                ]
+                found += [f"{relative}/{name}" for name in os.listdir(folder) if is_data_file(name)]
         return found
     if operation == "read":
         return open(args[0], "rb").read() if os.path.isfile(args[0]) else None
@@ -154,19 +151,20 @@ def pull(source: SweepSource, destination: str) -> PullResult:
     target = SweepStore(destination, source.name)
     have = target.committed()
     new = sorted(source.committed() - have)
-    spec = source.read("sweep.yaml")
-    if spec is not None:
-        target.write_text("sweep.yaml", spec.decode())
+    for name in (SPEC_FILE, PLAN_FILE):
+        data = source.read(name)
+        if data is not None:
+            target.write_bytes(name, data)
     for trial_id in new:
-        for table in _PER_TRIAL:
+        for table in PER_TRIAL_TABLES:
             target.clear_trial_folder(table, trial_id)  # debris of an interrupted pull
         for relative in source.files_of(trial_id):
             data = source.read(relative)
             if data is not None:
                 target.write_bytes(relative, data)
-        row = source.read(f"trials/{trial_id}.parquet")
+        row = source.read(trial_row_path(trial_id))
         if row is not None:
-            target.write_bytes(f"trials/{trial_id}.parquet", row)
+            target.write_bytes(trial_row_path(trial_id), row)
     return PullResult(destination=target.root, copied=len(new), already_there=len(have))
 
 

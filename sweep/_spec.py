@@ -14,15 +14,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ampsweep_contracts import ReferenceFormError, parse_loss_scale, parse_reference
+
 from ._errors import SpecError
 
 AmpLevel = Literal["O0", "O1", "O2", "O3"]
 DType = Literal["float16", "bfloat16"]
-_LOSS_SCALE = re.compile(
-    r"^(none|dynamic|dynamic:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|static:(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?)$"
-)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-LOSS_SCALE_ALLOWED = "allowed: none, static:<value>, dynamic or dynamic:<initial scale>"
 
 
 def _nonempty(values: list[Any]) -> list[Any]:
@@ -59,8 +57,19 @@ class Grid(BaseModel):
     @classmethod
     def _loss_scale_form(cls, values: list[str]) -> list[str]:
         for value in values:
-            if not _LOSS_SCALE.match(str(value)):
-                raise ValueError(f"loss_scale {value!r}: {LOSS_SCALE_ALLOWED}")
+            parse_loss_scale(value)  # its ValueError names what is allowed
+        return values
+
+    @field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed")
+    @classmethod
+    def _no_repeats(cls, values: list[Any]) -> list[Any]:
+        # a repeated value is almost always a typo (1.0 for 1.5): refuse, do not de-duplicate
+        seen: list[Any] = []
+        for value in values:
+            key = sorted(set(value)) if isinstance(value, list) else value
+            if key in seen:
+                raise ValueError(f"{value!r} appears twice; every value of an axis must differ")
+            seen.append(key)
         return values
 
 
@@ -74,6 +83,8 @@ class SweepSpec(BaseModel):
     workload_args: dict[str, Any] = Field(default_factory=dict)
     steps: int = Field(gt=0)
     abort_after: int = Field(default=10, gt=0)
+    #: workers one trial may kill (SIGKILL, OOM) before it is recorded ``failed``
+    max_attempts: int = Field(default=3, gt=0)
     layer_every: int = Field(default=50, gt=0)
     grid: Grid = Field(default_factory=Grid)
     devices: str | list[str] = "auto"
@@ -100,9 +111,10 @@ class SweepSpec(BaseModel):
     @field_validator("workload")
     @classmethod
     def _reference_form(cls, value: str) -> str:
-        module, sep, attr = value.rpartition(":")
-        if not sep or not module or not attr.isidentifier():
-            raise ValueError("workload must be 'package.module:make' or 'path/to/file.py:make'")
+        try:
+            parse_reference(value)
+        except ReferenceFormError as exc:
+            raise ValueError(str(exc)) from None
         return value
 
 
@@ -150,8 +162,8 @@ def parse_spec(data: Any) -> SweepSpec:
         raise validation_error_to_spec_error(exc) from None
 
 
-def read_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
-    """Read and validate a sweep file; returns the spec and the raw mapping."""
+def read_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -163,4 +175,4 @@ def read_spec(path: str | Path) -> tuple[SweepSpec, dict[str, Any]]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise SpecError("spec", str(path), f"the file is not valid YAML{where}") from None
-    return parse_spec(data), data
+    return parse_spec(data)

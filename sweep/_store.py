@@ -2,40 +2,44 @@
 
 Every file is written under a dot-prefixed temporary name (pyarrow.dataset
 skips those) and renamed into place; the ``trials/`` row is written last, so
-a trial counts as done exactly when that row exists. Anything else under an
-uncommitted id is debris and is replaced.
+a trial counts as done exactly when that row exists (the rule and the paths
+are ``ampsweep_contracts``'s). Anything else under an uncommitted id is
+debris and is replaced.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
-from typing import Any
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ampsweep_contracts import PER_TRIAL_TABLES, committed_ids, part_path, trial_folder, trial_row_path
+from jobs import TrialResult
+
 
 def open_filesystem(out: str) -> tuple[pafs.FileSystem, str]:
     """Filesystem and base path for a local path or URI."""
     if "://" not in out:
-        import os
-
         return pafs.LocalFileSystem(), os.path.abspath(out)
     return pafs.FileSystem.from_uri(out)
 
 
 class SweepStore:
-    """The folder ``OUT/<sweep-name>/`` of one sweep."""
+    """The folder ``OUT/<sweep-name>/`` of one sweep; only the driver writes it."""
 
     def __init__(self, out: str, name: str) -> None:
         self.fs, base = open_filesystem(out)
+        self.name = name
         self.root = f"{base.rstrip('/')}/{name}"
 
-    def _path(self, *parts: str) -> str:
-        return "/".join([self.root, *parts])
+    def path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
 
-    def _atomic_write(self, path: str, write: Any) -> None:
+    def _atomic_write(self, path: str, write: Callable[[str], None]) -> None:
         folder, _, filename = path.rpartition("/")
         self.fs.create_dir(folder, recursive=True)
         temporary = f"{folder}/.tmp-{uuid.uuid4().hex}-{filename}"
@@ -53,31 +57,36 @@ class SweepStore:
             with self.fs.open_output_stream(tmp) as stream:
                 stream.write(data)
 
-        self._atomic_write(self._path(relative), write)
+        self._atomic_write(self.path(relative), write)
+
+    def read_text(self, relative: str) -> str | None:
+        """A file's text, or None when it does not exist."""
+        path = self.path(relative)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as stream:
+            return stream.read().decode()
 
     def committed(self) -> set[str]:
         """Ids of trials whose ``trials/`` row exists."""
-        info = self.fs.get_file_info(pafs.FileSelector(self._path("trials"), allow_not_found=True))
-        return {
-            f.base_name[: -len(".parquet")]
-            for f in info
-            if f.type == pafs.FileType.File
-            and f.base_name.endswith(".parquet")
-            and not f.base_name.startswith(".")
-        }
+        info = self.fs.get_file_info(pafs.FileSelector(self.path("trials"), allow_not_found=True))
+        return committed_ids([f.base_name for f in info if f.type == pafs.FileType.File])
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:
         """Remove what an interrupted write left under an uncommitted trial."""
-        path = self._path(table, f"trial_id={trial_id}")
+        path = self.path(trial_folder(table, trial_id))
         if self.fs.get_file_info(path).type == pafs.FileType.Directory:
             self.fs.delete_dir(path)
 
-    def commit(self, record: Any) -> None:
-        """Write one finished trial; the ``trials/`` row goes last."""
-        trial_id = record.trial_id
-        for table_name in ("steps", "layers"):
+    def commit(self, result: TrialResult, *, equivalent_to: str | None = None, attempts: int = 1) -> None:
+        """Write one finished trial, adding the columns the driver owns; the ``trials/`` row goes last."""
+        trial_id = result.trial_id
+        tables = {"steps": result.steps, "layers": result.layers, "anomalies": result.anomalies}
+        for table_name in PER_TRIAL_TABLES:
             self.clear_trial_folder(table_name, trial_id)
-        self.write_table(self._path("steps", f"trial_id={trial_id}", "part-0.parquet"), record.steps)
-        if record.layers.num_rows:
-            self.write_table(self._path("layers", f"trial_id={trial_id}", "part-0.parquet"), record.layers)
-        self.write_table(self._path("trials", f"{trial_id}.parquet"), record.trial)
+        for table_name in PER_TRIAL_TABLES:
+            table = tables[table_name]
+            if table_name == "steps" or table.num_rows:
+                self.write_table(self.path(part_path(table_name, trial_id)), table)
+        row = result.trial_row(sweep=self.name, equivalent_to=equivalent_to, attempts=attempts)
+        self.write_table(self.path(trial_row_path(trial_id)), row)

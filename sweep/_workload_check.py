@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jobs import WorkloadError, build_workload, resolve_reference
+from jobs import WorkloadError, build_workload, known_layer_types, network_cell_types, resolve_reference
 
 from ._errors import SpecError
 from ._spec import SweepSpec
@@ -21,8 +21,6 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
         reference = resolve_reference(spec.workload, spec_dir)
     except WorkloadError as exc:
         raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
-    from jobs._amp import known_layer_types, network_cell_types
-
     try:
         workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
     except WorkloadError as exc:

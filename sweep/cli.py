@@ -7,18 +7,19 @@ Every user error (a bad spec, a bad flag) is one line on stderr and exit code
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from ._api import Sweep
+from ._config import RunConfig
 from ._errors import SpecError
-from ._grid import count_graphs, equivalents, expand_grid
-from ._spec import SweepSpec, read_spec
 from .devices import DEVICE_KINDS
 
 EXIT_USAGE = 2
+#: what a shell reports for a process ended by SIGPIPE (128 + 13)
+EXIT_BROKEN_PIPE = 141
 
 
 def _positive_int(text: str) -> int:
@@ -67,25 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(spec_path: Path) -> tuple[SweepSpec, dict[str, Any], str]:
-    from ._workload_check import check_workload
-
-    spec, raw = read_spec(spec_path)
-    reference = check_workload(spec, spec_path.parent)
-    return spec, raw, reference
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
-    spec, _, _ = _load(args.spec)
-    trials = expand_grid(spec)
-    equivalent = equivalents(trials)
-    print(
-        f"{spec.name}: {len(trials)} trials, {count_graphs(trials)} distinct compiled graphs, "
-        f"{len(equivalent)} equivalent to another trial"
-    )
-    for trial in trials:
-        note = f"  (same as {equivalent[trial.trial_id]})" if trial.trial_id in equivalent else ""
-        print(f"{trial.trial_id}  graph {trial.graph_id}  {trial.label}{note}")
+    for line in Sweep.from_yaml(args.spec).plan().lines():
+        print(line)
     return 0
 
 
@@ -138,27 +123,22 @@ def _print_top(sweep_dir: Path, top: int) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._launcher import run_sweep
-
-    spec, raw, reference = _load(args.spec)
-    result = run_sweep(
-        spec,
-        yaml.safe_dump(raw, sort_keys=False),
-        reference,
-        args.out,
+    sweep = Sweep.from_yaml(args.spec)
+    config = RunConfig(
         workers=args.workers,
         address=args.address,
         devices=args.devices,
         compute_on=args.compute_on,
         progress=not args.no_progress,
     )
+    result = sweep.run(args.out, config)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     print(
-        f"{spec.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
+        f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     )
-    if "://" in args.out:
+    if not result.is_local:
         print(
-            f"report: `ampsweep pull {args.out.rstrip('/')}/{spec.name} DIR`, then `ampsweep report DIR/{spec.name}`"
+            f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
     else:
         _print_top(Path(result.root), args.top)
@@ -195,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"ampsweep: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `ampsweep plan spec.yaml | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
-    from sweep import parse_spec, run_sweep
+    from sweep import RunConfig, Sweep
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
@@ -46,16 +46,8 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
         cluster.add_node(num_cpus=1, num_gpus=2)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-        spec = parse_spec(_spec_dict(f"{TINY}:make", devices=["ascend", "gpu"]))
-        result = run_sweep(
-            spec,
-            yaml.safe_dump(spec.model_dump()),
-            f"{TINY}:make",
-            str(tmp_path),
-            address=cluster.address,
-            compute_on="cpu",
-            progress=False,
-        )
+        sweep = Sweep(_spec_dict(f"{TINY}:make", devices=["ascend", "gpu"]))
+        result = sweep.run(tmp_path, RunConfig(address=cluster.address, compute_on="cpu", progress=False))
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -66,11 +66,11 @@ def _spec(grid: dict) -> object:
     return parse_spec({"name": "g", "workload": "jobs.workloads.seed_repro:make", "steps": 10, "grid": grid})
 
 
-def test_grid_is_the_product_without_duplicates():
+def test_grid_is_the_product_with_stable_ids():
     spec = _spec(
         {
             "amp_level": ["O0", "O2"],
-            "black_list": [[], ["CustomNorm"], ["CustomNorm"]],
+            "black_list": [[], ["CustomNorm"]],
             "clip": [None, 1.0],
             "seed": [0, 1],
         }

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ampsweep_contracts import part_path
 from sweep import SweepStore
 from sweep.cli import main
 from tests.test_store import _record
@@ -27,7 +28,7 @@ def _sweep_with_debris(out: str) -> tuple[SweepStore, set[str]]:
     # an unfinished trial: its steps exist, its trials/ row does not
     _, unfinished = _record(seed=2)
     store.write_table(
-        store._path("steps", f"trial_id={unfinished.trial_id}", "part-0.parquet"), unfinished.steps
+        store.path(part_path("steps", unfinished.trial_id)), unfinished.steps
     )
     return store, committed
 

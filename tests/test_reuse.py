@@ -35,9 +35,9 @@ ms.device_context.cpu.op_tuning.threads_num(1)
 from jobs import TrialConfig
 from jobs._trainer import run_trial
 config = TrialConfig(**json.loads(sys.argv[1]))
-metrics = run_trial(config, config.workload).metrics
-print(json.dumps([metrics.loss.tolist(), metrics.grad_norm.tolist(), metrics.scale.tolist(),
-                  metrics.layer_absmax.tolist()]))
+result = run_trial(config, config.workload)
+print(json.dumps([result.steps.column(name).to_pylist() for name in ("loss", "grad_norm", "loss_scale")]
+                 + [result.layers.column("grad_absmax").to_pylist()]))
 """
 
 
@@ -59,12 +59,8 @@ def test_reused_graph_is_bit_identical_to_a_fresh_process(loss_scale):
     reused = run_trial(target, target.workload, cache=cache)
     assert first.compile_s > 0 and reused.compile_s == 0.0, "the second trial must reuse the compiled graph"
     expected = _fresh_process(target)
-    got = [
-        reused.metrics.loss.tolist(),
-        reused.metrics.grad_norm.tolist(),
-        reused.metrics.scale.tolist(),
-        reused.metrics.layer_absmax.tolist(),
-    ]
+    got = [reused.steps.column(name).to_pylist() for name in ("loss", "grad_norm", "loss_scale")]
+    got.append(reused.layers.column("grad_absmax").to_pylist())
     # exact equality (NaN == NaN as JSON null-free floats compare via repr)
     assert json.dumps(got) == json.dumps(expected)
 
@@ -81,11 +77,11 @@ def test_dynamic_scale_falls_and_recovers_with_skipped_steps():
         dtype="float16",
         seed=0,
     )
-    metrics = run_trial(config, config.workload).metrics
-    scale = metrics.scale
-    skipped = ~metrics.finite
+    steps = run_trial(config, config.workload).steps.to_pandas()
+    scale = steps["loss_scale"].to_numpy()
+    skipped = steps["skipped"].to_numpy()
     assert skipped.any(), "an initial scale of 65536 overflows float16 gradients"
     assert scale.min() < scale[0], "the scale falls after overflow"
     lowest = int(np.argmin(scale))
     assert scale[lowest:].max() > scale[lowest], "and doubles again after a window of finite steps"
-    assert np.isfinite(metrics.loss).all()
+    assert np.isfinite(steps["loss"]).all()

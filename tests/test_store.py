@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from jobs import LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA, TrialConfig
+from ampsweep_contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+from jobs import TrialConfig, TrialResult
 from jobs._trainer import run_trial
-from jobs._worker import to_record
 from sweep import SweepStore
 
 README = Path(__file__).parent.parent / "README.md"
@@ -24,6 +24,7 @@ PINNED = {
         ("graph_id", "string"),
         ("amp_level", "string"),
         ("black_list", "list<item: string>"),
+        ("loss_placement", "string"),
         ("clip", "double"),
         ("loss_scale", "string"),
         ("dtype", "string"),
@@ -43,6 +44,9 @@ PINNED = {
         ("node", "string"),
         ("device_id", "string"),
         ("worker_index", "int64"),
+        ("attempts", "int64"),
+        ("mindspore_version", "string"),
+        ("device_target", "string"),
         ("finished_at", "timestamp[ms, tz=UTC]"),
     ],
     "steps": [
@@ -62,8 +66,22 @@ PINNED = {
         ("grad_absmax", "double"),
         ("nonfinite", "int64"),
     ],
+    "anomalies": [
+        ("kind", "string"),
+        ("replay_step", "int64"),
+        ("cell", "string"),
+        ("cell_class", "string"),
+        ("phase", "string"),
+        ("input_dtype", "string"),
+        ("output_dtype", "string"),
+        ("max_abs", "double"),
+        ("fp32_max_abs", "double"),
+        ("rel_error", "double"),
+        ("zero_fraction", "double"),
+        ("note", "string"),
+    ],
 }
-SCHEMAS = {"trials": TRIALS_SCHEMA, "steps": STEPS_SCHEMA, "layers": LAYERS_SCHEMA}
+SCHEMAS = {"trials": TRIALS_SCHEMA, "steps": STEPS_SCHEMA, "layers": LAYERS_SCHEMA, "anomalies": ANOMALIES_SCHEMA}
 
 
 @pytest.mark.parametrize("table", sorted(PINNED))
@@ -75,13 +93,10 @@ def test_schema_is_pinned_and_documented(table):
     assert not missing, f"README does not document {table} columns {missing}"
 
 
-PLACEMENT = {"device_kind": "cpu", "node": "n", "device_id": "", "worker_index": 0}
-
-
 def _record(
     clip: float | None = 0.5, steps: int = 12, seed: int = 0, amp_level: str = "O0", sweep: str = "s"
-):
-    """A real short trial of the linear workload, laid out as the store writes it."""
+) -> tuple[TrialConfig, TrialResult]:
+    """A real short trial of the linear workload, as the actor hands it to the store."""
     config = TrialConfig(
         workload="tests.linear_workload:make",
         steps=steps,
@@ -94,8 +109,7 @@ def _record(
         seed=seed,
         layer_every=5,
     )
-    outcome = run_trial(config, config.workload)
-    return config, to_record(config, outcome, sweep=sweep, equivalent_to=None, placement=PLACEMENT)
+    return config, run_trial(config, config.workload)
 
 
 def test_round_trip_through_pyarrow_dataset_and_pandas(tmp_path):

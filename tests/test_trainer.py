@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from jobs import TrialConfig, build_workload
-from jobs._trainer import CompiledStep, _first_abort, _to_tensors, is_clipped, run_trial
+from jobs._batches import to_tensors
+from jobs._capture import is_clipped
+from jobs._trainer import CompiledStep, _first_abort, run_trial
 from tests.linear_workload import numpy_gradient
 
 LINEAR = "tests.linear_workload:make"
@@ -33,7 +35,7 @@ def _one_step(clip: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, C
     workload = build_workload(LINEAR, 0, {})
     step = CompiledStep(config, workload)
     before = workload.network.weight.asnumpy().copy()
-    vector = step(step.clip_tensor(clip), _to_tensors(next(iter(workload.batches)))).asnumpy()
+    vector = step(step.clip_tensor(clip), to_tensors(next(iter(workload.batches)))).asnumpy()
     after = workload.network.weight.asnumpy()
     return before, after, vector, step
 
@@ -69,14 +71,17 @@ def test_abort_needs_consecutive_nonfinite_steps():
 
 
 def test_trial_records_per_step_and_per_layer_values():
-    outcome = run_trial(_config(0.5, steps=30), LINEAR)
+    outcome = run_trial(_config(0.5, steps=30, layer_every=1), LINEAR)
     assert outcome.outcome == "completed" and outcome.steps_run == 30
-    metrics = outcome.metrics
-    assert metrics.loss.shape == (30,) and np.isfinite(metrics.loss).all()
-    assert metrics.loss[-1] < metrics.loss[0]
-    np.testing.assert_allclose(metrics.layer_norm[:, 0], metrics.grad_norm, rtol=1e-5)
+    steps = outcome.steps.to_pandas()
+    assert steps["step"].tolist() == list(range(30)) and np.isfinite(steps["loss"]).all()
+    assert steps["loss"].iloc[-1] < steps["loss"].iloc[0]
+    layers = outcome.layers.to_pandas()
+    assert layers["step"].tolist() == list(range(30)), "one parameter, every step sampled"
+    np.testing.assert_allclose(layers["grad_norm"], steps["grad_norm"], rtol=1e-5)
     assert outcome.compile_s > 0
-    assert (metrics.step_ms > 0).all()
+    assert (steps["step_ms"] > 0).all()
+    assert outcome.final_loss == pytest.approx(steps["loss"].iloc[-3:].mean())
 
 
 def test_exception_in_workload_is_a_failed_outcome(tmp_path):
@@ -90,7 +95,7 @@ def test_exception_in_workload_is_a_failed_outcome(tmp_path):
     )
     outcome = run_trial(_config(None, steps=30, workload=f"{short}:make"), f"{short}:make")
     assert outcome.outcome == "failed"
-    assert outcome.error == "RuntimeError: workload batches ended after 5 steps; the spec asks for 30"
+    assert outcome.error.startswith("RuntimeError: workload batches ended after 5 steps; the spec asks for 30")
     assert "Traceback" in outcome.traceback
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._errors import SpecError
-from ._base import DeviceBackend
+from ._base import DeviceBackend, device_setup
 from .ascend import AscendBackend
 from .cpu import CpuBackend
 from .gpu import GpuBackend
@@ -44,4 +44,12 @@ def discover(
     return chosen
 
 
-__all__ = ["DEVICE_KINDS", "AscendBackend", "CpuBackend", "DeviceBackend", "GpuBackend", "discover"]
+__all__ = [
+    "DEVICE_KINDS",
+    "AscendBackend",
+    "CpuBackend",
+    "DeviceBackend",
+    "GpuBackend",
+    "device_setup",
+    "discover",
+]

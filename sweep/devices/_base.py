@@ -1,17 +1,40 @@
-"""What the launcher needs to know about one kind of device."""
+"""What the launcher needs to know about one kind of device, and how an actor is set up."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from jobs import DeviceSetup
+
 
 class DeviceBackend(Protocol):
-    """One kind of device: how many a cluster has and how an actor claims one."""
+    """One kind of device: how many a cluster has and how an actor claims and uses one."""
 
     kind: str
+    #: what ``mindspore.set_device`` is given on this kind
+    mindspore_target: str
+    #: the variable Ray sets to the device it assigned; None where there is none
+    visible_devices_env: str | None
 
     def available(self, resources: dict[str, float]) -> int:
         """How many actors of this kind the cluster can host."""
 
     def actor_options(self) -> dict[str, Any]:
         """``ray.remote`` options that pin one actor to one device."""
+
+
+def device_setup(backend: DeviceBackend, ordinal: int, compute_on: str | None) -> DeviceSetup:
+    """The setup of the ``ordinal``-th actor of a sweep.
+
+    Computing on CPU (a CPU actor, or ``--compute-on cpu`` for a dry run of a
+    device sweep under fake resources) pins one core and one MindSpore thread
+    per actor: two MindSpore processes on two cores thrash otherwise.
+    """
+    on_cpu = (compute_on or backend.kind) == "cpu"
+    return DeviceSetup(
+        device_kind=backend.kind,
+        mindspore_target="CPU" if on_cpu else backend.mindspore_target,
+        visible_devices_env=backend.visible_devices_env,
+        cpu_core=ordinal if on_cpu else None,
+        cpu_threads=1 if on_cpu else None,
+    )

@@ -7,6 +7,8 @@ from typing import Any
 
 class AscendBackend:
     kind = "ascend"
+    mindspore_target = "Ascend"
+    visible_devices_env: str | None = "ASCEND_RT_VISIBLE_DEVICES"
 
     def available(self, resources: dict[str, float]) -> int:
         return int(resources.get("NPU", 0))

@@ -7,6 +7,8 @@ from typing import Any
 
 class CpuBackend:
     kind = "cpu"
+    mindspore_target = "CPU"
+    visible_devices_env: str | None = None
 
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers

@@ -7,6 +7,8 @@ from typing import Any
 
 class GpuBackend:
     kind = "gpu"
+    mindspore_target = "GPU"
+    visible_devices_env: str | None = "CUDA_VISIBLE_DEVICES"
 
     def available(self, resources: dict[str, float]) -> int:
         return int(resources.get("GPU", 0))

@@ -1,7 +1,8 @@
-"""Column names, types and units of the three Parquet tables.
+"""Column names, types and units of the Parquet tables.
 
-These schemas are the contract between the trainer, the store and the
-analysis; the README documents them and a test pins them.
+The trainer builds its tables with these schemas, the store writes them, the
+analysis and the benchmarks read them; the README documents them and a test
+pins them. Nobody else spells a column type.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ TRIALS_SCHEMA = pa.schema(
         ("graph_id", pa.string()),
         ("amp_level", pa.string()),
         ("black_list", pa.list_(pa.string())),
+        ("loss_placement", pa.string()),  # outside | inside: is the loss cell cast with the network
         ("clip", pa.float64()),  # null = clipping off
         ("loss_scale", pa.string()),
         ("dtype", pa.string()),
@@ -35,6 +37,9 @@ TRIALS_SCHEMA = pa.schema(
         ("node", pa.string()),
         ("device_id", pa.string()),  # id Ray assigned, empty on cpu
         ("worker_index", pa.int64()),
+        ("attempts", pa.int64()),  # workers that started this trial (>1 after a worker died)
+        ("mindspore_version", pa.string()),
+        ("device_target", pa.string()),  # what MindSpore computed on: CPU | GPU | Ascend
         ("finished_at", pa.timestamp("ms", tz="UTC")),
     ]
 )
@@ -61,3 +66,30 @@ LAYERS_SCHEMA = pa.schema(
         ("nonfinite", pa.int64()),  # count of non-finite gradient elements
     ]
 )
+
+#: The localized Cell of a trial that went non-finite (or departed from FP32
+#: silently): one row per trial whose replay found a culprit.
+ANOMALIES_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),  # nonfinite | departure
+        ("replay_step", pa.int64()),  # step of the replay at which the Cell was caught
+        ("cell", pa.string()),  # qualified name inside the network, e.g. "norm1"
+        ("cell_class", pa.string()),
+        ("phase", pa.string()),  # forward | backward
+        ("input_dtype", pa.string()),
+        ("output_dtype", pa.string()),
+        ("max_abs", pa.float64()),  # max |x| of the finite part of the offending tensor
+        ("fp32_max_abs", pa.float64()),  # same Cell, same step, FP32 replay
+        ("rel_error", pa.float64()),  # departure only: |x - x_fp32| / |x_fp32|
+        ("zero_fraction", pa.float64()),  # share of exact zeros in the offending output
+        ("note", pa.string()),
+    ]
+)
+
+#: Folder name -> schema of every per-trial table (``trials`` is one file per trial).
+TABLE_SCHEMAS = {
+    "trials": TRIALS_SCHEMA,
+    "steps": STEPS_SCHEMA,
+    "layers": LAYERS_SCHEMA,
+    "anomalies": ANOMALIES_SCHEMA,
+}

@@ -1,0 +1,67 @@
+"""The contracts every part of ampsweep shares, each with exactly one owner.
+
+``sweep`` (the driver), ``jobs`` (what runs on a device) and ``analysis``
+(offline, Parquet only) must agree on the tables' columns, the sweep folder's
+layout and its committed-file rule, the workload reference, the loss-scale
+value and the per-trial formulas. They live here, in a leaf package that
+imports nothing but pyarrow and NumPy, so ``analysis`` can import them
+without importing ``sweep`` or ``jobs``.
+"""
+
+from __future__ import annotations
+
+from ._formulas import FINAL_FRACTION, final_loss, final_loss_rows, first_nonfinite_step
+from ._layout import (
+    LOCK_FILE,
+    PART_FILE,
+    PER_TRIAL_TABLES,
+    PLAN_FILE,
+    SPEC_FILE,
+    TRIAL_PARTITION_KEY,
+    committed_ids,
+    is_committed_name,
+    is_data_file,
+    part_path,
+    partition_value,
+    trial_folder,
+    trial_row_path,
+)
+from ._loss_scale import LOSS_SCALE_ALLOWED, LossScale, parse_loss_scale
+from ._plan import PlanEntry, decode_plan, encode_plan
+from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, parse_reference
+from ._tables import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TABLE_SCHEMAS, TRIALS_SCHEMA
+
+__all__ = [
+    "ANOMALIES_SCHEMA",
+    "FINAL_FRACTION",
+    "LAYERS_SCHEMA",
+    "LOCK_FILE",
+    "LOSS_SCALE_ALLOWED",
+    "PART_FILE",
+    "PER_TRIAL_TABLES",
+    "PLAN_FILE",
+    "REFERENCE_FORM",
+    "SPEC_FILE",
+    "STEPS_SCHEMA",
+    "TABLE_SCHEMAS",
+    "TRIALS_SCHEMA",
+    "TRIAL_PARTITION_KEY",
+    "LossScale",
+    "PlanEntry",
+    "ReferenceFormError",
+    "WorkloadReference",
+    "committed_ids",
+    "decode_plan",
+    "encode_plan",
+    "final_loss",
+    "final_loss_rows",
+    "first_nonfinite_step",
+    "is_committed_name",
+    "is_data_file",
+    "parse_loss_scale",
+    "parse_reference",
+    "part_path",
+    "partition_value",
+    "trial_folder",
+    "trial_row_path",
+]

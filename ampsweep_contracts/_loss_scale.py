@@ -1,0 +1,39 @@
+"""The loss-scale value of a spec: ``none``, ``static:<value>``, ``dynamic[:<init>]``."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+LOSS_SCALE_ALLOWED = "allowed: none, static:<value>, dynamic or dynamic:<initial scale>"
+_NUMBER = r"(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
+_FORM = re.compile(rf"^(none|dynamic|dynamic:{_NUMBER}|static:{_NUMBER})$")
+#: MindSpore's own default initial scale for dynamic loss scaling.
+DEFAULT_DYNAMIC_SCALE = 2.0**16
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """``kind`` changes the compiled graph; ``value`` only its starting state."""
+
+    kind: str  # none | static | dynamic
+    value: float | None
+
+    @property
+    def initial(self) -> float:
+        if self.kind == "dynamic":
+            return self.value if self.value is not None else DEFAULT_DYNAMIC_SCALE
+        return self.value if self.value is not None else 1.0
+
+
+def parse_loss_scale(text: str) -> LossScale:
+    """Parse a spec's value; ``ValueError`` names what is allowed."""
+    text = str(text)
+    if not _FORM.match(text):
+        raise ValueError(f"loss_scale {text!r}: {LOSS_SCALE_ALLOWED}")
+    kind, _, value = text.partition(":")
+    number = float(value) if value else None
+    if number is not None and not (math.isfinite(number) and number > 0):
+        raise ValueError(f"loss_scale {text!r}: the scale must be a finite number > 0")
+    return LossScale(kind, number)

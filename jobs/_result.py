@@ -1,0 +1,116 @@
+"""What one trial hands back to the driver: an outcome, its numbers, its tables.
+
+The actor owns the columns it measured (outcome, losses, timings, where it
+ran); the driver owns the columns that describe the sweep (its name, which
+trial this one duplicates, how many workers it took) and adds them when it
+commits. Tables travel as Arrow, so the driver writes them without copying.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+
+from ampsweep_contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+
+from ._config import TrialConfig
+from ._placement import Placement
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended. ``str`` values are what the ``trials`` table stores."""
+
+    COMPLETED = "completed"  # ran every step
+    DIVERGED = "diverged"  # the loss stayed non-finite for ``abort_after`` steps
+    FAILED = "failed"  # an exception, or a trial that killed its worker too often
+
+
+def _empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+@dataclass
+class TrialResult:
+    """One finished trial, as the actor measured it."""
+
+    config: TrialConfig
+    outcome: Outcome
+    placement: Placement
+    steps_run: int = 0
+    first_nonfinite_step: int | None = None
+    final_loss: float | None = None
+    target_loss: float | None = None
+    compile_s: float = 0.0
+    wall_s: float = 0.0
+    error: str | None = None
+    traceback: str | None = None
+    steps: pa.Table = field(default_factory=lambda: _empty(STEPS_SCHEMA))
+    layers: pa.Table = field(default_factory=lambda: _empty(LAYERS_SCHEMA))
+    anomalies: pa.Table = field(default_factory=lambda: _empty(ANOMALIES_SCHEMA))
+
+    @property
+    def trial_id(self) -> str:
+        return self.config.trial_id
+
+    @classmethod
+    def failure(
+        cls,
+        config: TrialConfig,
+        error: str,
+        placement: Placement,
+        *,
+        traceback: str | None = None,
+        wall_s: float = 0.0,
+        target_loss: float | None = None,
+    ) -> TrialResult:
+        """A trial that raised, or that no worker could finish (``error`` is one line)."""
+        return cls(
+            config=config,
+            outcome=Outcome.FAILED,
+            placement=placement,
+            target_loss=target_loss,
+            wall_s=wall_s,
+            error=error,
+            traceback=traceback,
+        )
+
+    def trial_row(self, *, sweep: str, equivalent_to: str | None, attempts: int) -> pa.Table:
+        """The one-row ``trials`` table, with the columns only the driver knows."""
+        config = self.config
+        row: dict[str, Any] = {
+            "trial_id": config.trial_id,
+            "sweep": sweep,
+            "workload": config.workload,
+            "graph_id": config.graph_id,
+            "amp_level": config.amp_level,
+            "black_list": list(config.black_list),
+            "loss_placement": config.loss_placement,
+            "clip": config.clip,
+            "loss_scale": config.loss_scale,
+            "dtype": config.dtype,
+            "seed": config.seed,
+            "steps": config.steps,
+            "outcome": Outcome(self.outcome).value,
+            "steps_run": self.steps_run,
+            "first_nonfinite_step": self.first_nonfinite_step,
+            "final_loss": self.final_loss,
+            "target_loss": self.target_loss,
+            "equivalent_to": equivalent_to,
+            "error": self.error,
+            "traceback": self.traceback,
+            "wall_s": self.wall_s,
+            "compile_s": self.compile_s,
+            "device_kind": self.placement.device_kind,
+            "node": self.placement.node,
+            "device_id": self.placement.device_id,
+            "worker_index": self.placement.worker_index,
+            "attempts": attempts,
+            "mindspore_version": self.placement.mindspore_version,
+            "device_target": self.placement.device_target,
+            "finished_at": datetime.now(timezone.utc),
+        }
+        return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

@@ -1,0 +1,99 @@
+"""The Python entry point: ``Sweep(spec).run(out)``; the ``ampsweep`` CLI is a thin layer over it.
+
+``Sweep`` validates at construction exactly as the CLI does (the spec's
+shape, then the workload built once so black-list names are checked against
+its real Cells), so a script gets the same one-line ``SpecError`` a terminal
+user gets, before Ray starts and before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from ._config import FailurePolicy, RunConfig
+from ._plan import SweepPlan
+from ._spec import SweepSpec, parse_spec, read_spec
+from ._workload_check import check_workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis import SweepAnalysis
+
+
+@dataclass
+class SweepResult:
+    """A finished run: counts of this run, and the sweep folder to analyse."""
+
+    root: str
+    total: int
+    skipped: int
+    ran: int
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.root
+
+    def trials(self) -> pd.DataFrame:
+        """One row per committed trial (``analysis.load_trials``)."""
+        from analysis import load_trials
+
+        return load_trials(self.root)
+
+    def analyze(self) -> SweepAnalysis:
+        """Scores, ranking and recommendation, computed once."""
+        from analysis import analyze
+
+        return analyze(self.root)
+
+    def report(self, analysis: SweepAnalysis | None = None) -> Path:
+        """Write ``report/`` (Markdown, HTML, JSON, CSV) and return its folder."""
+        from analysis import write_report
+
+        return Path(write_report(self.root, analysis=analysis or self.analyze()))
+
+
+class Sweep:
+    """A validated sweep, ready to plan and run.
+
+    ``spec`` is a mapping shaped like a sweep file (or a ``SweepSpec``); a
+    relative ``path/to/file.py:make`` workload is looked up from ``base_dir``
+    (default: the working directory).
+    """
+
+    def __init__(self, spec: Mapping[str, Any] | SweepSpec, *, base_dir: str | Path | None = None) -> None:
+        self.spec: SweepSpec = spec if isinstance(spec, SweepSpec) else parse_spec(dict(spec))
+        self.workload_ref: str = check_workload(self.spec, Path(base_dir) if base_dir else None)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Sweep:
+        """Read a sweep file; its relative workload path is relative to the file's folder."""
+        path = Path(path)
+        return cls(read_spec(path), base_dir=path.parent)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def resolved_yaml(self) -> str:
+        """The spec with every default filled in: what ``sweep.yaml`` in the output holds."""
+        return yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
+
+    def plan(self) -> SweepPlan:
+        return SweepPlan.from_spec(self.spec, self.workload_ref)
+
+    def run(self, out: str | Path, config: RunConfig | None = None, **overrides: Any) -> SweepResult:
+        """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""
+        from ._launcher import run_sweep
+
+        config = replace(config or RunConfig(), **overrides)
+        if config.failure is None:
+            config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
+        done = run_sweep(self.plan(), self.resolved_yaml(), str(out), config)
+        return SweepResult(done.root, done.total, done.skipped, done.ran, dict(done.outcomes))

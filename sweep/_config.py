@@ -1,0 +1,58 @@
+"""How a sweep runs, as plain dataclasses (the spec says *what* runs).
+
+Like Ray Tune's ``RunConfig``/``FailureConfig``: the CLI's flags map onto
+these one to one, and a Python caller passes them to ``Sweep.run``.
+Constructors validate, quoting the bad value, so a typo fails before Ray starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import SpecError
+from .devices import DEVICE_KINDS
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """What a dying worker or a failing workload costs before ampsweep gives up."""
+
+    #: workers one trial may kill (SIGKILL, OOM) before it is recorded ``failed``
+    max_attempts: int = 3
+    #: actor deaths in a row after which a device slot is given up
+    max_slot_deaths: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("max_attempts", "max_slot_deaths"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(name, value, "a whole number >= 1")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where and how to run: the cluster, the devices, the failure policy, the display."""
+
+    #: CPU actors (default: one per core)
+    workers: int | None = None
+    #: a Ray cluster to join; None starts a private local one (or joins ``RAY_ADDRESS``)
+    address: str | None = None
+    #: overrides the spec's ``devices``: auto, ascend, gpu or cpu
+    devices: str | None = None
+    #: "cpu" keeps a device sweep's scheduling and pinning but computes on CPU
+    compute_on: str | None = None
+    progress: bool = True
+    runtime_env: dict[str, Any] | None = None
+    #: None: the spec's ``max_attempts`` with the default slot policy
+    failure: FailurePolicy | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and (
+            not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1
+        ):
+            raise SpecError("workers", self.workers, "a whole number > 0, or None for one per core")
+        if self.devices is not None and self.devices not in ("auto", *DEVICE_KINDS):
+            raise SpecError("devices", self.devices, f"allowed: auto, {', '.join(DEVICE_KINDS)}")
+        if self.compute_on not in (None, "cpu"):
+            raise SpecError("compute_on", self.compute_on, "allowed: cpu, or None")
