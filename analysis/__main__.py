@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._report import write_report
+from ._writer import write_report
 
 
 def main(argv: list[str] | None = None) -> int:

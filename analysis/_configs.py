@@ -5,6 +5,10 @@ A configuration is everything the user can choose except the seed:
 median with its min/max spread, and a single bad seed makes a configuration
 unstable.
 
+Every per-seed score is also kept per seed (``per_seed``), because the
+ranking's tie rule compares configurations seed by seed. Anomaly rows
+(``anomalies`` table) become the configuration's localized Cells.
+
 Steps to target is a median in which a seed that never reached the target
 counts as infinitely slow: a configuration where most seeds never get there
 has no median (NaN) rather than the flattering median of its lucky seeds.
@@ -15,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ._anomalies import localizations
+from ._load import DEFAULT_LOSS_PLACEMENT
 from ._scores import BASELINE_LEVEL
 
 CONFIG_KEYS = (
@@ -24,7 +30,10 @@ CONFIG_KEYS = (
     "loss_scale",
     "dtype",
     "device_kind",
+    "loss_placement",
 )
+#: per-trial score columns kept per seed for the tie rule (``per_seed[figure][seed]``)
+PER_SEED_FIGURES = ("steps_to_target", "final", "speed_vs_fp32", "clip_rate")
 #: trial-score column -> prefix of its ``_median``/``_min``/``_max`` columns.
 SPREAD_FIGURES = {
     "clip_rate": "clip_rate",
@@ -34,6 +43,11 @@ SPREAD_FIGURES = {
 }
 
 
+def trial_config_ids(frame: pd.DataFrame) -> list[str]:
+    """The configuration label of every row of a trials or scores frame."""
+    return [config_label(*key) for key in zip(*(frame[k] for k in CONFIG_KEYS))]
+
+
 def config_label(
     amp_level: str,
     black_list_key: str,
@@ -41,10 +55,16 @@ def config_label(
     loss_scale: str,
     dtype: str,
     device_kind: str,
+    loss_placement: str = DEFAULT_LOSS_PLACEMENT,
 ) -> str:
-    """One readable identifier, also the last-resort tie-breaker in the ranking."""
+    """One readable identifier, also the last-resort tie-breaker in the ranking.
+
+    The loss placement is named only when it is not the default, so labels of
+    sweeps that never varied it read as they always did.
+    """
     clip_text = "off" if pd.isna(clip) else str(float(clip))
-    return f"{amp_level} bl={black_list_key} clip={clip_text} ls={loss_scale} {dtype} {device_kind}"
+    label = f"{amp_level} bl={black_list_key} clip={clip_text} ls={loss_scale} {dtype} {device_kind}"
+    return label if loss_placement == DEFAULT_LOSS_PLACEMENT else f"{label} loss={loss_placement}"
 
 
 def _median_never_counts(values: np.ndarray) -> float:
@@ -84,18 +104,27 @@ def _nanmedian(values: np.ndarray) -> float:
     return float(np.median(values)) if values.size else np.nan
 
 
-def config_scores(scores: pd.DataFrame, layers: dict[str, str] | None = None) -> pd.DataFrame:
+def _per_seed(values: np.ndarray, seeds: np.ndarray) -> dict[object, float]:
+    """Median per seed (a seed run twice in one configuration counts once)."""
+    out: dict[object, list[float]] = {}
+    for seed, value in zip(seeds, values):
+        out.setdefault(seed, []).append(value)
+    return {s: _nanmedian(np.asarray(v, dtype="float64")) for s, v in out.items()}
+
+
+def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
     Only ranked trials are used (equivalent duplicates are not counted twice).
-    ``layers`` optionally maps trial ids to their first non-finite layers,
-    quoted as evidence for unstable configurations.
+    ``anomalies`` (see :func:`analysis.read_anomalies`) gives each
+    configuration its ``localizations``: the Cells its trials were localized
+    to, one entry when its seeds agree.
 
     Groups are walked as index arrays over plain numpy columns: a sweep of
     thousands of trials would otherwise spend seconds in per-group pandas
     indexing.
     """
-    layers = layers or {}
+    by_trial = {} if anomalies is None or anomalies.empty else dict(tuple(anomalies.groupby("trial_id")))
     ranked = scores[scores["ranked"]].reset_index(drop=True)
     if ranked.empty:
         return pd.DataFrame()
@@ -103,6 +132,7 @@ def config_scores(scores: pd.DataFrame, layers: dict[str, str] | None = None) ->
         name: ranked[name].to_numpy(dtype="float64", na_value=np.nan)
         for name in (
             *SPREAD_FIGURES,
+            *PER_SEED_FIGURES,
             "first_nonfinite",
             "target",
             "steps_per_s",
@@ -135,8 +165,13 @@ def config_scores(scores: pd.DataFrame, layers: dict[str, str] | None = None) ->
         row["first_nonfinite_step_median"] = _nanmedian(num["first_nonfinite"][bad]) if len(bad) else np.nan
         failed = idx[out == "failed"]
         row["error"] = _first_error(errors.iloc[failed]) if len(failed) else ""
-        evidence = [layers[t] for t in trial_ids[bad] if t in layers]
-        row["first_nonfinite_layers"] = evidence[0] if evidence else ""
+        rows_here = [by_trial[t] for t in trial_ids[idx] if t in by_trial]
+        row["localizations"] = localizations(
+            pd.concat(rows_here, ignore_index=True) if rows_here else pd.DataFrame(),
+            dict(zip(trial_ids[idx], seeds[idx])),
+            row["config_id"],
+        )
+        row["per_seed"] = {f: _per_seed(num[f][idx], seeds[idx]) for f in PER_SEED_FIGURES}
         for figure, name in SPREAD_FIGURES.items():
             values = num[figure][idx]
             median, low, high = _spread(values)

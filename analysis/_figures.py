@@ -15,25 +15,21 @@ text with ``$`` escaped, so a name cannot switch matplotlib into math mode.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import io
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import _rank
+from . import _classes as cls
 from ._evidence import fp32_row
+from ._heatmap import divergence_map
+from ._plot import FigureImage, new_figure, plot_text, png
 from ._steps import read_trial_tables
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 MAX_POINTS = 2000
 #: Loss curves are smoothed over about 1/SMOOTH_DIVISOR of the run.
@@ -41,34 +37,6 @@ SMOOTH_DIVISOR = 60
 #: Per-layer figure: at most this many layers get their own line.
 MAX_LAYERS = 10
 FLOAT16_MAX = 65504.0
-_DPI = 100
-
-
-@dataclass(frozen=True)
-class FigureImage:
-    """One embedded figure: what it shows (caption, alt text) and the PNG."""
-
-    key: str
-    title: str
-    caption: str
-    png_base64: str
-
-
-def _text(value: object) -> str:
-    """Plain text for matplotlib: ``$`` would start math mode."""
-    return str(value).replace("$", r"\$")
-
-
-def _new_figure(width: float = 9.0, height: float = 4.2) -> Figure:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
-
-
-def _png(fig: Figure) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _bin(steps: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +108,7 @@ def _trials_of(row: pd.Series) -> list[str]:
 
 def loss_curves(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> FigureImage | None:
     """Loss of the top configurations against FP32 (median over seeds, band = min-max)."""
-    stable = ranking[ranking["tier"] == _rank.TIER_STABLE]
+    stable = ranking[ranking["tier"] == cls.TIER_STABLE]
     mixed = ranking[ranking["amp_level"] != "O0"]
     top = (stable if len(stable) else mixed).head(3)
     fp32 = fp32_row(ranking, top.iloc[0] if len(top) else None)
@@ -149,7 +117,7 @@ def loss_curves(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figur
     tables = read_trial_tables(sweep_dir, "steps", ids, ("step", "loss"))
     if not tables:
         return None
-    fig = _new_figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     colours = ["tab:blue", "tab:orange", "tab:green"]
     upper = []
@@ -166,7 +134,7 @@ def loss_curves(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figur
         x, med = _bin(steps, band["median"].to_numpy(), "mean")
         _, lo = _bin(steps, band["min"].to_numpy(), "mean")
         _, hi = _bin(steps, band["max"].to_numpy(), "mean")
-        ax.plot(x, med, color=colour, lw=1.6, ls="--" if is_fp32 else "-", label=_text(label))
+        ax.plot(x, med, color=colour, lw=1.6, ls="--" if is_fp32 else "-", label=plot_text(label))
         if not is_fp32:
             ax.fill_between(x, lo, hi, color=colour, alpha=0.15, lw=0)
         finite = med[np.isfinite(med)]
@@ -191,7 +159,7 @@ def loss_curves(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figur
         title="Loss curves",
         caption="Loss of the best-ranked configurations against the FP32 baseline (dashed), median over seeds "
         f"with the range over seeds shaded, smoothed over {window} steps (centred moving average).",
-        png_base64=_png(fig),
+        png_base64=png(fig),
     )
 
 
@@ -219,7 +187,7 @@ def grad_norms(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figure
     tables = read_trial_tables(sweep_dir, "steps", ids, ("step", "grad_norm"))
     if not tables:
         return None
-    fig = _new_figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     drawn: list[np.ndarray] = []
     # the sibling first, so the recommended configuration's line is drawn on top
@@ -232,7 +200,7 @@ def grad_norms(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figure
         x, y = _bin(steps, med, "max")
         if np.isfinite(y).any():
             label = f"#{int(row['rank'])} {row['config_id']} (median over seeds)"
-            ax.plot(x, y, color=colour, lw=1.0, alpha=0.85, label=_text(label))
+            ax.plot(x, y, color=colour, lw=1.0, alpha=0.85, label=plot_text(label))
             drawn.append(y)
     if not drawn:
         return None
@@ -241,7 +209,7 @@ def grad_norms(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figure
     for i, clip in enumerate(thresholds):
         same = family[family["clip"] == clip]
         rate = same.iloc[0]["clip_rate_median"] if len(same) else float("nan")
-        note = f"clip {clip:g}" + (f": fires on {_rank._pct(rate)} of steps" if np.isfinite(rate) else "")
+        note = f"clip {clip:g}" + (f": fires on {cls.pct(rate)} of steps" if np.isfinite(rate) else "")
         ax.axhline(clip, color=colours[i % len(colours)], ls="--", lw=1.2, label=note)
     _log_axis(ax, [*drawn, np.asarray(thresholds)])
     ax.set_xlabel("step")
@@ -254,85 +222,14 @@ def grad_norms(sweep_dir: str | Path, ranking: pd.DataFrame, key: str) -> Figure
         title="Gradient norm",
         caption="Global gradient norm before clipping (binned maxima on long runs) with each clip threshold of "
         "the sweep; the rate is how often that threshold fired for this AMP level and black list.",
-        png_base64=_png(fig),
-    )
-
-
-def divergence_map(ranking: pd.DataFrame, key: str) -> FigureImage | None:
-    """Divergence rate over AMP level x black list (rows) x clip (columns).
-
-    One panel per (loss scale, dtype) pair when there are a few, so no cell
-    averages over settings the user would choose separately.
-    """
-    if ranking.empty:
-        return None
-    panels = sorted({(ls, dt) for ls, dt in zip(ranking["loss_scale"], ranking["dtype"])})
-    if len(panels) > 6:
-        panels = [("", "")]
-    level_order = {lvl: i for i, lvl in enumerate(("O0", "O1", "O2", "O3"))}
-    row_keys = sorted(
-        {(a, b) for a, b in zip(ranking["amp_level"], ranking["black_list_key"])},
-        key=lambda k: (level_order.get(k[0], 9), k[0], len(k[1]), k[1]),
-    )
-    clips = sorted({math.inf if pd.isna(c) else float(c) for c in ranking["clip"]})
-    cols = len(panels)
-    fig = _new_figure(width=min(4.2 * cols + 1.5, 16), height=max(2.2, 0.45 * len(row_keys) + 1.6))
-    axes = fig.subplots(1, cols, squeeze=False)[0]
-    from matplotlib import colormaps
-
-    cmap = colormaps["RdYlGn_r"].with_extremes(bad="#dddddd")
-    image = None
-    for ax, (ls, dt) in zip(axes, panels):
-        sub = (
-            ranking
-            if not ls and not dt
-            else ranking[(ranking["loss_scale"] == ls) & (ranking["dtype"] == dt)]
-        )
-        grid = np.full((len(row_keys), len(clips)), np.nan)
-        text = [["" for _ in clips] for _ in row_keys]
-        bad = np.zeros_like(grid)
-        total = np.zeros_like(grid)
-        silent = np.zeros(grid.shape, bool)
-        for _, r in sub.iterrows():
-            i = row_keys.index((r["amp_level"], r["black_list_key"]))
-            j = clips.index(math.inf if pd.isna(r["clip"]) else float(r["clip"]))
-            bad[i, j] += r["n_diverged"] + r["n_failed"]
-            total[i, j] += r["n_trials"]
-            silent[i, j] |= r["tier"] == _rank.TIER_SILENT
-        with np.errstate(invalid="ignore", divide="ignore"):
-            grid = np.where(total > 0, bad / total, np.nan)
-        for i in range(len(row_keys)):
-            for j in range(len(clips)):
-                if total[i, j]:
-                    text[i][j] = f"{int(bad[i, j])}/{int(total[i, j])}" + ("*" if silent[i, j] else "")
-                else:
-                    text[i][j] = "not run"
-        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=1, aspect="auto")
-        for i in range(len(row_keys)):
-            for j in range(len(clips)):
-                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(len(clips)), ["off" if math.isinf(c) else f"{c:g}" for c in clips])
-        ax.set_yticks(range(len(row_keys)), [_text(f"{a} {b}") for a, b in row_keys], fontsize=8)
-        ax.set_xlabel("clip threshold")
-        ax.set_title(
-            _text(f"loss scale {ls}, {dt}") if ls or dt else "all loss scales and dtypes", fontsize=9
-        )
-    if image is not None:
-        fig.colorbar(image, ax=list(axes), label="diverged or failed / trials", shrink=0.9)
-    fig.suptitle("Divergence by AMP level, black list and clip threshold", fontsize=11)
-    return FigureImage(
-        key=f"divergence-{key}",
-        title="Divergence map",
-        caption="Share of trials that diverged or failed, per AMP level and black list (rows) and clip threshold "
-        "(columns). * finite on every seed but learns clearly worse than FP32 (silent failure).",
-        png_base64=_png(fig),
+        png_base64=png(fig),
     )
 
 
 def _diverged_trial(ranking: pd.DataFrame, scores: pd.DataFrame, has_layers: set[str]) -> pd.Series | None:
     """A diverged trial with per-layer data, from the best-ranked unstable configuration that has one."""
     by_id = scores.set_index("trial_id")
-    for _, row in ranking[ranking["tier"] == _rank.TIER_UNSTABLE].iterrows():
+    for _, row in ranking[ranking["tier"] == cls.TIER_UNSTABLE].iterrows():
         for tid in _trials_of(row):
             if tid in has_layers and tid in by_id.index and by_id.loc[tid, "outcome"] == "diverged":
                 return by_id.loc[tid]
@@ -343,12 +240,10 @@ def layer_maxima(
     sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFrame, key: str
 ) -> FigureImage | None:
     """Per-layer gradient maxima (``grad_absmax`` from ``layers/``) of one diverged trial."""
-    from ._load import list_parquet, partition_id, resolve
+    from ._load import files_by_trial, resolve
 
-    loc = resolve(sweep_dir)
-    base = loc.join("layers")
-    have = {partition_id(p, base) for p in list_parquet(loc, "layers", recursive=True)}
-    trial = _diverged_trial(ranking, scores, {t for t in have if t})
+    have = set(files_by_trial(resolve(sweep_dir), "layers"))
+    trial = _diverged_trial(ranking, scores, have)
     if trial is None:
         return None
     tid = str(trial.name)
@@ -367,7 +262,7 @@ def layer_maxima(
         first_bad = sorted(frame.loc[bad & (frame["step"] == step0), "layer"].astype(str).unique())
     chosen = list(dict.fromkeys(first_bad + list(peak.sort_values(ascending=False).index.astype(str))))
     chosen = chosen[:MAX_LAYERS]
-    fig = _new_figure(height=4.6)
+    fig = new_figure(height=4.6)
     ax = fig.add_subplot()
     top = float(finite["grad_absmax"].max()) if len(finite) else 1.0
     marker_y = max(top * 4, FLOAT16_MAX * 2 if trial["dtype"] == "float16" else top * 4)
@@ -376,7 +271,9 @@ def layer_maxima(
         rows = frame[frame["layer"].astype(str) == name].sort_values("step")
         vals = rows["grad_absmax"].to_numpy()
         ok = np.isfinite(vals) & (vals > 0)
-        line = ax.plot(rows["step"].to_numpy()[ok], vals[ok], marker=".", ms=3, lw=1, label=_text(name))[0]
+        line = ax.plot(rows["step"].to_numpy()[ok], vals[ok], marker=".", ms=3, lw=1, label=plot_text(name))[
+            0
+        ]
         if (~np.isfinite(vals)).any():
             ax.plot(
                 rows["step"].to_numpy()[~np.isfinite(vals)],
@@ -400,7 +297,7 @@ def layer_maxima(
         f"Per-layer gradient maxima of diverged trial {tid} "
         f"({trial['amp_level']} bl={trial['black_list_key']} clip={clip}, seed {trial['seed']})"
     )
-    ax.set_title(_text(title), fontsize=10)
+    ax.set_title(plot_text(title), fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3, which="both")
     more = len(peak) - len(chosen)
@@ -416,7 +313,7 @@ def layer_maxima(
         + (f" {more} more are in layers/." if more > 0 else "")
     )
     return FigureImage(
-        key=f"layers-{key}", title="Per-layer gradient maxima", caption=caption, png_base64=_png(fig)
+        key=f"layers-{key}", title="Per-layer gradient maxima", caption=caption, png_base64=png(fig)
     )
 
 

@@ -2,14 +2,15 @@
 
 A sweep folder may be local or any URI ``pyarrow.fs`` understands, because
 results are often analysed straight from object storage after a cluster run.
-Only files named ``*.parquet`` that do not start with ``.`` or ``_`` are read:
-the store writes to a temporary name and renames, so anything else is an
-in-flight write and must not be parsed.
+What counts as a finished file, where a trial's partition lives and what the
+plan holds are the contracts of :mod:`ampsweep_contracts`; this module only
+applies them, so the store, ``pull`` and the report can never disagree.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,39 +22,40 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-#: The columns every consumer of ``load_trials`` may rely on; absent ones are
-#: filled with nulls so an older or partial writer does not break the report.
-TRIAL_COLUMNS: dict[str, object] = {
-    "trial_id": "str",
-    "sweep": "str",
-    "workload": "str",
-    "graph_id": "str",
-    "amp_level": "str",
-    "black_list": "object",
-    "clip": "float64",
-    "loss_scale": "str",
-    "dtype": "str",
-    "seed": "Int64",
-    "steps": "float64",
-    "outcome": "str",
-    "steps_run": "float64",
-    "first_nonfinite_step": "float64",
-    "final_loss": "float64",
-    "target_loss": "float64",
-    "equivalent_to": "str",
-    "error": "str",
-    "traceback": "str",
-    "wall_s": "float64",
-    "compile_s": "float64",
-    "device_kind": "str",
-    "node": "str",
-    "device_id": "str",
-    "worker_index": "float64",
-}
+from ampsweep_contracts import (
+    PLAN_FILE,
+    TRIAL_PARTITION_KEY,
+    TRIALS_SCHEMA,
+    decode_plan,
+    is_data_file,
+    partition_value,
+)
+
+#: Integer columns that are grouping keys stay exact (nullable Int64); every
+#: other integer becomes float64 so a null is a NaN that arithmetic tolerates.
+_INTEGER_KEYS = ("seed",)
+#: Old folders predate the column; their loss was computed inside the cast network.
+DEFAULT_LOSS_PLACEMENT = "inside"
+#: Grouping keys: an unknown value is one group (""), not a dropped row.
+_GROUP_KEYS = ("workload", "amp_level", "loss_scale", "dtype", "device_kind")
 
 #: Partition key type is pinned to string: hash ids such as ``"0123"`` would
 #: otherwise be inferred as integers and lose their leading zeros.
-TRIAL_PARTITIONING = ds.partitioning(pa.schema([("trial_id", pa.string())]), flavor="hive")
+TRIAL_PARTITIONING = ds.partitioning(pa.schema([(TRIAL_PARTITION_KEY, pa.string())]), flavor="hive")
+
+
+def _pandas_dtype(name: str, kind: pa.DataType) -> str:
+    """The pandas dtype a ``TRIALS_SCHEMA`` column is read as (derived, never restated)."""
+    if pa.types.is_integer(kind):
+        return "Int64" if name in _INTEGER_KEYS else "float64"
+    if pa.types.is_floating(kind):
+        return "float64"
+    if pa.types.is_boolean(kind):
+        return "boolean"
+    return "object"  # strings keep None (astype(str) would turn it into "None"), lists, timestamps
+
+
+TRIAL_DTYPES: dict[str, str] = {f.name: _pandas_dtype(f.name, f.type) for f in TRIALS_SCHEMA}
 
 
 @dataclass(frozen=True)
@@ -82,18 +84,20 @@ class SweepInventory:
     has_trials_dir: bool
     has_steps_dir: bool
     has_layers_dir: bool
+    #: trials in ``plan.json``; None when the folder has no readable plan
     expected_trials: int | None
     committed_trials: int
     #: ids with step data but no ``trials/`` row: an interrupted or running trial.
     debris_ids: list[str] = field(default_factory=list)
     #: committed trials that have no step data at all.
     trials_without_steps: list[str] = field(default_factory=list)
+    #: planned ids with no ``trials/`` row (empty when there is no plan)
+    missing_ids: list[str] = field(default_factory=list)
+    has_anomalies_dir: bool = False
 
     @property
     def missing_trials(self) -> int | None:
-        if self.expected_trials is None:
-            return None
-        return max(self.expected_trials - self.committed_trials, 0)
+        return None if self.expected_trials is None else len(self.missing_ids)
 
 
 def resolve(sweep_dir: str | Path) -> SweepLocation:
@@ -107,28 +111,26 @@ def resolve(sweep_dir: str | Path) -> SweepLocation:
     return SweepLocation(fs=fs, root=root, name=posixpath.basename(root))
 
 
-def _is_data_file(path: str) -> bool:
-    base = posixpath.basename(path)
-    return base.endswith(".parquet") and not base.startswith((".", "_"))
-
-
 def list_parquet(loc: SweepLocation, sub: str, recursive: bool) -> list[str]:
-    """List committed data files only; temporary names are mid-rename and unreadable."""
+    """Finished data files only (the contract's rule); temporaries are mid-rename."""
     if not loc.is_dir(sub):
         return []
     selector = pafs.FileSelector(loc.join(sub), recursive=recursive, allow_not_found=True)
     infos = loc.fs.get_file_info(selector)
-    return sorted(i.path for i in infos if i.type == pafs.FileType.File and _is_data_file(i.path))
+    return sorted(
+        i.path for i in infos if i.type == pafs.FileType.File and is_data_file(posixpath.basename(i.path))
+    )
 
 
-def partition_id(path: str, base: str) -> str | None:
-    """The ``trial_id=<id>`` directory a file sits in, parsed from its path."""
-    rel = posixpath.relpath(path, base)
-    head = rel.split("/", 1)[0]
-    key, sep, value = head.partition("=")
-    if key != "trial_id" or not sep or not value:
-        return None
-    return value
+def files_by_trial(loc: SweepLocation, sub: str, wanted: set[str] | None = None) -> dict[str, list[str]]:
+    """Data files per trial id of a per-trial table, in path order; ``wanted`` filters."""
+    base = loc.join(sub)
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for path in list_parquet(loc, sub, recursive=True):
+        tid = partition_value(path, base)
+        if tid is not None and (wanted is None or tid in wanted):
+            grouped[tid].append(path)
+    return dict(grouped)
 
 
 def _normalise_black_list(value: object) -> tuple[str, ...]:
@@ -140,13 +142,19 @@ def _normalise_black_list(value: object) -> tuple[str, ...]:
     return tuple(sorted(str(v) for v in value))
 
 
+def black_list_label(black_list: Iterable[str]) -> str:
+    """A stable, readable key for a black list (also used as a CSV column)."""
+    return "[" + ", ".join(black_list) + "]"
+
+
 def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
-    """Return one row per committed trial.
+    """Return one row per committed trial, with every ``TRIALS_SCHEMA`` column.
 
     A trial is committed exactly when its ``trials/`` file exists, so this is
     the table every other step keys on. Files are unified by schema rather
     than assuming the first one is representative: an all-null column (e.g.
-    ``error`` on a run with no failures) may have been written as ``null``.
+    ``error`` on a run with no failures) may have been written as ``null``,
+    and a column an older writer did not have is filled with nulls.
     ``black_list`` becomes a sorted tuple and ``black_list_key`` a readable
     string so configurations group and compare by value.
     """
@@ -161,62 +169,52 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
                 tables.append(pq.ParquetFile(handle).read())
         frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
     else:
-        frame = pd.DataFrame({name: pd.Series([], dtype="object") for name in TRIAL_COLUMNS})
-    for name, dtype in TRIAL_COLUMNS.items():
+        frame = pd.DataFrame({name: pd.Series([], dtype="object") for name in TRIAL_DTYPES})
+    for name, dtype in TRIAL_DTYPES.items():
         if name not in frame.columns:
             frame[name] = pd.Series([None] * len(frame), index=frame.index, dtype="object")
-        if name == "black_list":
-            continue
-        frame[name] = frame[name].astype(dtype)
-    for name in ("workload", "amp_level", "loss_scale", "dtype", "device_kind"):
-        # Grouping keys: an unknown value is one group, not a dropped row.
+        if dtype != "object":
+            frame[name] = frame[name].astype(dtype)
+    for name in _GROUP_KEYS:
         frame[name] = frame[name].fillna("")
+    frame["loss_placement_recorded"] = frame["loss_placement"].notna()
+    frame["loss_placement"] = frame["loss_placement"].fillna(DEFAULT_LOSS_PLACEMENT)
     frame["black_list"] = [_normalise_black_list(v) for v in frame["black_list"]]
     frame["black_list_key"] = [black_list_label(v) for v in frame["black_list"]]
     frame = frame.drop_duplicates("trial_id", keep="last")
     return frame.sort_values("trial_id", kind="stable").reset_index(drop=True)
 
 
-def black_list_label(black_list: Iterable[str]) -> str:
-    """A stable, readable key for a black list (also used as a CSV column)."""
-    return "[" + ", ".join(black_list) + "]"
+def planned_ids(loc: SweepLocation) -> list[str] | None:
+    """Trial ids of ``plan.json``; None when there is none or it is unreadable.
 
-
-def _expected_trials(loc: SweepLocation) -> int | None:
-    """Grid size from the resolved spec, when there is one, to count missing trials."""
-    if not loc.exists("sweep.yaml"):
+    The plan, not the spec, is counted: the driver writes every id it
+    scheduled, so an axis left at its default can never be miscounted.
+    """
+    if not loc.exists(PLAN_FILE):
         return None
     try:
-        import yaml
-
-        with loc.fs.open_input_stream(loc.join("sweep.yaml")) as stream:
-            spec = yaml.safe_load(stream.read())
-        grid = spec.get("grid") or {}
-        if not isinstance(grid, dict) or not grid:
-            return None
-        total = 1
-        for values in grid.values():
-            total *= len(values) if isinstance(values, list) else 1
-        return total
-    except Exception:  # noqa: BLE001 - the count is advisory; a bad spec must not stop the report
-        return None
+        with loc.fs.open_input_stream(loc.join(PLAN_FILE)) as stream:
+            entries = decode_plan(stream.read())
+    except (ValueError, OSError):
+        return None  # the count is advisory; a bad plan must not stop the report
+    return list(dict.fromkeys(entry.trial_id for entry in entries))
 
 
 def inventory(sweep_dir: str | Path, trial_ids: Iterable[str]) -> SweepInventory:
-    """Compare committed trials with what else lies on disk."""
+    """Compare committed trials with the plan and with what else lies on disk."""
     loc = resolve(sweep_dir)
     committed = set(trial_ids)
-    step_ids: set[str] = set()
-    for path in list_parquet(loc, "steps", recursive=True):
-        tid = partition_id(path, loc.join("steps"))
-        if tid is not None:
-            step_ids.add(tid)
+    step_ids = set(files_by_trial(loc, "steps"))
+    plan = planned_ids(loc)
     return SweepInventory(
         has_trials_dir=loc.is_dir("trials"),
         has_steps_dir=loc.is_dir("steps"),
         has_layers_dir=loc.is_dir("layers"),
-        expected_trials=_expected_trials(loc),
+        has_anomalies_dir=loc.is_dir("anomalies"),
+        expected_trials=None if plan is None else len(plan),
         committed_trials=len(committed),
         debris_ids=sorted(step_ids - committed),
         trials_without_steps=sorted(committed - step_ids),
+        missing_ids=[] if plan is None else [t for t in plan if t not in committed],
     )

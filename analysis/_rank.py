@@ -1,209 +1,133 @@
-"""Order configurations and say, in words, why each sits where it does.
+"""Order one device kind's configurations by :data:`analysis._criteria.CRITERIA`.
 
-The ordering is lexicographic over these keys, first difference wins:
+The order, its tie rule and the rules text live in :mod:`analysis._criteria`;
+this module classifies each configuration (stability tier, clip class), sorts
+by the criteria, makes the recommendation minimal, and writes each row's
+words: what the row is (``rule``'s first part) and why it sits below the row
+above it (``phrase``, with ``decided_by``, ``tied_on`` and
+``tied_with_above``).
 
-1. **Stability class** (``tier``):
-   0 stable mixed precision (no diverged or failed seed, not a silent failure);
-   1 FP32 baseline (``O0``) - shown for reference, never recommended while a
-   class-0 configuration exists;
-   2 silent failure - finite on every seed but learns clearly worse than FP32:
-   median final loss > ``SILENT_LOSS_FACTOR`` x FP32 final loss +
-   ``SILENT_LOSS_MARGIN``, or no seed reaches the target loss while FP32 does
-   (on at least half its seeds);
-   3 unstable - at least one seed diverged or failed.
-2. **Divergence rate** (diverged + failed seeds / seeds), lower first.
-3. **Clip class**, from the median clip rate over seeds:
-   in band (0, ``HEALTHY_CLIP_MAX``] < no clipping < never fires (rate 0,
-   the threshold is inert) < rate unknown < fires too often
-   (``HEALTHY_CLIP_MAX``, ``TOO_SMALL_CLIP``] < threshold too small
-   (> ``TOO_SMALL_CLIP``: it rescales nearly every step, i.e. it is a
-   learning-rate cut, not a guard against rare spikes).
-4. **Steps to target**, median over seeds, fewer first; never reached last.
-5. **Final loss**, median, lower first.
-6. **Speed vs FP32**, median, higher first.
-7. **Black-listed layer types**, fewer first (fewer layers kept in FP32).
-8. Configuration label, only so the order is deterministic.
+**Minimal by construction.** After sorting, the best stable configuration is
+checked class by class: when the same configuration without one of its FP32
+classes exists, is stable on every seed and is tied with it on every criterion
+above "FP32 classes", that smaller one joins its groups and so ranks first on
+fewer FP32 classes; repeated until no class can go.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ._scores import Fp32Reference
+from . import _classes as cls
+from ._anomalies import localizations_phrase
+from ._classes import clip_text, pct
+from ._configs import CONFIG_KEYS
+from ._criteria import FIRST, RankContext, adopt_position, order_paths, placement, ties_above_minimal
+from ._load import black_list_label
+from ._model import Fp32Reference
 
-HEALTHY_CLIP_MAX = 0.3
-TOO_SMALL_CLIP = 0.9
-SILENT_LOSS_FACTOR = 2.0
-SILENT_LOSS_MARGIN = 0.1
-
-TIER_STABLE, TIER_FP32, TIER_SILENT, TIER_UNSTABLE = 0, 1, 2, 3
-TIER_LABELS = {
-    TIER_STABLE: "stable",
-    TIER_FP32: "fp32 baseline",
-    TIER_SILENT: "silent failure",
-    TIER_UNSTABLE: "unstable",
-}
-CLIP_IN_BAND, CLIP_OFF, CLIP_NEVER, CLIP_UNKNOWN, CLIP_OFTEN, CLIP_TOO_SMALL = range(6)
-CLIP_LABELS = {
-    CLIP_IN_BAND: "in band",
-    CLIP_OFF: "no clipping",
-    CLIP_NEVER: "never fires",
-    CLIP_UNKNOWN: "rate unknown",
-    CLIP_OFTEN: "fires too often",
-    CLIP_TOO_SMALL: "threshold too small",
-}
-
-_SORT_KEYS = (
-    "_k_tier",
-    "_k_div",
-    "_k_clip",
-    "_k_target",
-    "_k_final",
-    "_k_speed",
-    "_k_black",
-    "config_id",
-)
+#: Columns ``rank_configs`` adds (besides the classification ones).
+PLACEMENT_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above")
 
 
-def _pct(rate: float) -> str:
-    if 0 < rate < 0.01:
-        return "<1 %"
-    return f"{rate * 100:.0f} %"
-
-
-def _num(value: float) -> str:
-    return f"{value:.3g}"
-
-
-def clip_class(clip: float, rate: float) -> int:
-    """Where a clip threshold's firing rate puts it in criterion 3."""
-    if pd.isna(clip):
-        return CLIP_OFF
-    if pd.isna(rate):
-        return CLIP_UNKNOWN
-    if rate == 0:
-        return CLIP_NEVER
-    if rate <= HEALTHY_CLIP_MAX:
-        return CLIP_IN_BAND
-    if rate <= TOO_SMALL_CLIP:
-        return CLIP_OFTEN
-    return CLIP_TOO_SMALL
-
-
-def clip_text(clip: float) -> str:
-    """'1.0' rather than '1': reads as the threshold the user typed in the spec."""
-    return "off" if pd.isna(clip) else str(float(clip))
-
-
-def clip_phrase(row: pd.Series) -> str:
-    """The clip figure in words, e.g. 'clip 1 fires on 97 % of steps: threshold too small'."""
-    cls = row["clip_class"]
-    if cls == CLIP_OFF:
-        return "no clipping"
-    head = f"clip {clip_text(row['clip'])}"
-    rate = row["clip_rate_median"]
-    if cls == CLIP_UNKNOWN:
-        return f"{head}: clip rate unknown (no finite steps recorded)"
-    if cls == CLIP_NEVER:
-        return f"{head} never fires (inert)"
-    spread = ""
-    low, high = _pct(row["clip_rate_min"]), _pct(row["clip_rate_max"])
-    if low != high:
-        spread = f", {low}-{high} over {_runs(row)}"
-    text = f"{head} fires on {_pct(rate)} of steps{spread}"
-    if cls == CLIP_IN_BAND:
-        return f"{text} (healthy band: up to {_pct(HEALTHY_CLIP_MAX)})"
-    if cls == CLIP_OFTEN:
-        return f"{text}: too often (healthy band: up to {_pct(HEALTHY_CLIP_MAX)})"
-    return f"{text}: threshold too small"
-
-
-def _runs(row: pd.Series) -> str:
+def runs(row: Mapping[str, Any]) -> str:
     """'seeds' normally; 'trials' if a seed was run more than once in one configuration."""
     return "seeds" if row["n_trials"] == row["n_seeds"] else "trials"
 
 
-def _silent_reason(row: pd.Series, ref: Fp32Reference) -> str:
-    final = row["final_loss_median"]
-    if np.isfinite(final) and np.isfinite(ref.final_loss):
-        limit = SILENT_LOSS_FACTOR * ref.final_loss + SILENT_LOSS_MARGIN
-        if final > limit:
-            return (
-                f"median final loss {_num(final)} > {SILENT_LOSS_FACTOR:g} x FP32 "
-                f"{_num(ref.final_loss)} + {SILENT_LOSS_MARGIN:g}"
-            )
-    if row["n_reached_target"] == 0 and ref.reached_target and pd.notna(row["target_median"]):
-        return f"never reaches the target loss {_num(row['target_median'])} while FP32 does"
-    return ""
+def clip_phrase(row: Mapping[str, Any]) -> str:
+    """The clip figure in words, e.g. 'clip 1.0 fires on 97 % of steps: threshold too small'."""
+    kind = row["clip_class"]
+    if kind == cls.CLIP_OFF:
+        return "no clipping"
+    head = f"clip {clip_text(row['clip'])}"
+    if kind == cls.CLIP_UNKNOWN:
+        return f"{head}: clip rate unknown (no finite steps recorded)"
+    if kind == cls.CLIP_NEVER:
+        return f"{head} never fires (inert)"
+    spread = ""
+    low, high = pct(row["clip_rate_min"]), pct(row["clip_rate_max"])
+    if low != high:
+        spread = f", {low}-{high} over {runs(row)}"
+    text = f"{head} fires on {pct(row['clip_rate_median'])} of steps{spread}"
+    if kind == cls.CLIP_IN_BAND:
+        return f"{text} (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    if kind == cls.CLIP_OFTEN:
+        return f"{text}: too often (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    return f"{text}: threshold too small"
 
 
-def _tier(row: pd.Series, ref: Fp32Reference) -> tuple[int, str]:
-    if row["n_diverged"] + row["n_failed"] > 0:
-        return TIER_UNSTABLE, ""
-    reason = _silent_reason(row, ref)
-    if reason:
-        return TIER_SILENT, reason
-    return (TIER_FP32 if row["baseline"] else TIER_STABLE), ""
-
-
-def _unstable_phrase(row: pd.Series) -> str:
+def unstable_phrase(row: Mapping[str, Any]) -> str:
+    """'diverged on 2/3 seeds (first non-finite step median 15); localized to ...'."""
     n = row["n_trials"]
     parts = []
     if row["n_diverged"]:
-        part = f"diverged on {row['n_diverged']}/{n} {_runs(row)}"
+        part = f"diverged on {row['n_diverged']}/{n} {runs(row)}"
         if np.isfinite(row["first_nonfinite_step_median"]):
             part += f" (first non-finite step median {row['first_nonfinite_step_median']:.0f})"
         parts.append(part)
     if row["n_failed"]:
-        part = f"failed on {row['n_failed']}/{n} {_runs(row)}"
+        part = f"failed on {row['n_failed']}/{n} {runs(row)}"
         if row["error"]:
             part += f" ({row['error']})"
         parts.append(part)
     text = "; ".join(parts)
-    if row["first_nonfinite_layers"]:
-        text += f"; first non-finite gradients in {row['first_nonfinite_layers']}"
+    if row.get("localizations"):
+        text += f"; localized to {localizations_phrase(row['localizations'])}"
     return text
 
 
-def _progress_phrase(row: pd.Series) -> str:
+def progress_phrase(row: Mapping[str, Any]) -> str:
+    """Steps to target, final loss and speed of a stable row, in words."""
     bits = []
     if np.isfinite(row["steps_to_target_median"]):
         spread = ""
         if row["steps_to_target_min"] != row["steps_to_target_max"]:
             spread = f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
         bits.append(
-            f"reaches target {_num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
+            f"reaches target {cls.num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
             f"(median{spread})"
         )
     elif pd.notna(row["target_median"]):
         bits.append(
-            f"reaches target {_num(row['target_median'])} on only "
-            f"{row['n_reached_target']}/{row['n_trials']} {_runs(row)}"
+            f"reaches target {cls.num(row['target_median'])} on only "
+            f"{row['n_reached_target']}/{row['n_trials']} {runs(row)}"
         )
     if np.isfinite(row["final_loss_median"]):
-        bits.append(f"final loss {_num(row['final_loss_median'])}")
+        bits.append(f"final loss {cls.num(row['final_loss_median'])}")
     if np.isfinite(row["speed_vs_fp32_median"]):
         bits.append(f"{row['speed_vs_fp32_median']:.2f}x FP32 speed")
     return ", ".join(bits)
 
 
-def _description(row: pd.Series, any_stable_mp: bool) -> str:
+def _with_bad_clip(row: Mapping[str, Any], text: str) -> str:
+    if row["clip_class"] in (cls.CLIP_OFTEN, cls.CLIP_TOO_SMALL):
+        return f"{text}; {clip_phrase(row)}"
+    return text
+
+
+def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
+    """What a ranking row is, in one sentence (before its placement)."""
     tier = row["tier"]
-    clip = clip_phrase(row)
-    if tier == TIER_UNSTABLE:
-        text = _unstable_phrase(row)
-        return f"{text}; {clip}" if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL) else text
-    if tier == TIER_SILENT:
-        text = f"finite on all {row['n_trials']} {_runs(row)} but learns clearly worse than FP32: {row['silent_reason']} (silent failure)"
-        return f"{text}; {clip}" if row["clip_class"] in (CLIP_OFTEN, CLIP_TOO_SMALL) else text
-    progress = _progress_phrase(row)
-    head = f"stable on {row['n_trials']}/{row['n_trials']} {_runs(row)}; {clip}"
+    if tier == cls.TIER_UNSTABLE:
+        return _with_bad_clip(row, unstable_phrase(row))
+    if tier == cls.TIER_SILENT:
+        text = (
+            f"finite on all {row['n_trials']} {runs(row)} but learns clearly worse than FP32: "
+            f"{row['silent_reason']} (silent failure)"
+        )
+        if row.get("localizations"):
+            text += f"; localized to {localizations_phrase(row['localizations'])}"
+        return _with_bad_clip(row, text)
+    progress = progress_phrase(row)
+    head = f"stable on {row['n_trials']}/{row['n_trials']} {runs(row)}; {clip_phrase(row)}"
     if progress:
         head += f"; {progress}"
-    if tier == TIER_FP32:
+    if tier == cls.TIER_FP32:
         why = (
             "not recommended because a stable mixed-precision configuration exists"
             if any_stable_mp
@@ -213,73 +137,129 @@ def _description(row: pd.Series, any_stable_mp: bool) -> str:
     return head
 
 
-def _placement(prev: pd.Series, row: pd.Series) -> str:
-    """Name the first criterion that separates this row from the one above it."""
-    k = int(prev["rank"])
-    if row["_k_tier"] != prev["_k_tier"]:
-        return f"after #{k} because '{row['stability']}' ranks below '{prev['stability']}'"
-    if row["_k_div"] != prev["_k_div"]:
-        return f"after #{k}: more seeds diverged or failed ({_pct(row['_k_div'])} vs {_pct(prev['_k_div'])})"
-    if row["_k_clip"] != prev["_k_clip"]:
-        return f"after #{k}: clipping '{row['clip_label']}' ranks below '{prev['clip_label']}'"
-    if row["_k_target"] != prev["_k_target"]:
-        if math.isinf(row["_k_target"]):
-            return f"after #{k}: the median seed never reaches the target"
-        return f"after #{k}: slower to target ({row['_k_target']:.0f} vs {prev['_k_target']:.0f} steps)"
-    if row["_k_final"] != prev["_k_final"]:
-        if math.isinf(row["_k_final"]):
-            return f"after #{k}: final loss unknown"
-        return f"after #{k}: higher final loss ({_num(row['final_loss_median'])} vs {_num(prev['final_loss_median'])})"
-    if row["_k_speed"] != prev["_k_speed"]:
-        if math.isinf(row["_k_speed"]):
-            return f"after #{k}: speed vs FP32 unknown"
-        return f"after #{k}: slower ({-row['_k_speed']:.2f}x vs {-prev['_k_speed']:.2f}x FP32)"
-    if row["_k_black"] != prev["_k_black"]:
-        return f"after #{k}: more layer types kept in FP32 ({row['_k_black']} vs {prev['_k_black']})"
-    return f"tied with #{k} on every criterion; ordered by name"
+def config_key(row: Mapping[str, Any], black_list: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """Identity of a configuration, optionally with another black list (clip NaN compares equal)."""
+    out = []
+    for key in CONFIG_KEYS:
+        if key == "black_list_key":
+            out.append(row[key] if black_list is None else black_list_label(black_list))
+        elif key == "clip":
+            out.append(clip_text(row[key]))
+        else:
+            out.append(row[key])
+    return tuple(out)
 
 
-def _inf_if_nan(values: pd.Series) -> pd.Series:
-    return values.astype("float64").fillna(np.inf)
+def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankContext) -> list[tuple]:
+    """Let a stable configuration with one FP32 class less take the lead when it ties (module docstring)."""
+    index = {config_key(r): i for i, r in enumerate(records)}
+    while True:
+        order = sorted(range(len(records)), key=lambda i: paths[i])
+        best = next((i for i in order if records[i]["tier"] == cls.TIER_STABLE), None)
+        if best is None:
+            return paths
+        for name in records[best]["black_list"]:
+            rest = tuple(c for c in records[best]["black_list"] if c != name)
+            smaller = index.get(config_key(records[best], rest))
+            if (
+                smaller is not None
+                and records[smaller]["tier"] == cls.TIER_STABLE
+                and ties_above_minimal(records[best], records[smaller], ctx)
+            ):
+                adopt_position(paths, best, smaller)
+                break
+        else:
+            return paths
 
 
-def rank_configs(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
-    """Return ``configs`` sorted by the module's criteria with ``rank``, ``rule``,
-    ``stability``, ``clip_label`` and ``recommended`` added.
+def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
+    frame = configs.copy()
+    tiers = [cls.tier(row, reference) for _, row in frame.iterrows()]
+    frame["tier"] = [t for t, _ in tiers]
+    frame["silent_reason"] = [r for _, r in tiers]
+    frame["stability"] = frame["tier"].map(cls.TIER_LABELS)
+    frame["clip_class"] = [cls.clip_class(c, r) for c, r in zip(frame["clip"], frame["clip_rate_median"])]
+    frame["clip_label"] = frame["clip_class"].map(cls.CLIP_LABELS)
+    return frame
+
+
+def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tuple[pd.DataFrame, list[tuple]]:
+    """``frame`` sorted by the criteria, and each row's position key (same order)."""
+    records = frame.to_dict("records")
+    paths = order_paths(records, ctx)
+    if minimal:
+        paths = _make_minimal(records, paths, ctx)
+    order = sorted(range(len(records)), key=lambda i: paths[i])
+    return frame.iloc[order].reset_index(drop=True), [paths[i] for i in order]
+
+
+def rank_configs(
+    configs: pd.DataFrame, reference: Fp32Reference, ctx: RankContext | None = None
+) -> pd.DataFrame:
+    """Return ``configs`` sorted by the criteria with ``rank``, ``rule``, ``phrase``,
+    ``decided_by``, ``tied_on``, ``tied_with_above``, ``stability``,
+    ``clip_label`` and ``recommended`` added.
 
     ``recommended`` is true for at most one row: the best stable
     mixed-precision configuration. When there is none, no row is recommended
     and the report says so rather than promoting FP32 or an unstable one.
     """
+    ctx = ctx or RankContext()
     if configs.empty:
-        return configs.assign(rank=[], rule=[], stability=[], recommended=[])
-    frame = configs.copy()
-    tiers = [_tier(row, reference) for _, row in frame.iterrows()]
-    frame["tier"] = [t for t, _ in tiers]
-    frame["silent_reason"] = [r for _, r in tiers]
-    frame["stability"] = frame["tier"].map(TIER_LABELS)
-    frame["clip_class"] = [clip_class(c, r) for c, r in zip(frame["clip"], frame["clip_rate_median"])]
-    frame["clip_label"] = frame["clip_class"].map(CLIP_LABELS)
-    frame["_k_tier"] = frame["tier"]
-    frame["_k_div"] = frame["divergence_rate"]
-    frame["_k_clip"] = frame["clip_class"]
-    frame["_k_target"] = _inf_if_nan(frame["steps_to_target_median"])
-    frame["_k_final"] = _inf_if_nan(frame["final_loss_median"])
-    frame["_k_speed"] = _inf_if_nan(-frame["speed_vs_fp32_median"])
-    frame["_k_black"] = frame["n_black_listed"]
-    frame = frame.sort_values(list(_SORT_KEYS), kind="stable").reset_index(drop=True)
+        return configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[])
+    frame, paths = ordered(_classify(configs, reference), ctx)
     frame["rank"] = np.arange(1, len(frame) + 1)
-    any_stable_mp = bool((frame["tier"] == TIER_STABLE).any())
+    any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
     frame["recommended"] = False
     if any_stable_mp:
-        frame.loc[int(np.flatnonzero(frame["tier"] == TIER_STABLE)[0]), "recommended"] = True
+        frame.loc[int(np.flatnonzero(frame["tier"] == cls.TIER_STABLE)[0]), "recommended"] = True
+    records = frame.to_dict("records")
+    placements = [FIRST] + [
+        placement(records[i], records[i - 1], paths[i], paths[i - 1], i, ctx) for i in range(1, len(records))
+    ]
+    frame["phrase"] = [p.phrase for p in placements]
+    frame["decided_by"] = [p.decided_by for p in placements]
+    frame["tied_on"] = [", ".join(p.tied_on) for p in placements]
+    frame["tied_with_above"] = [p.tied_with_above for p in placements]
     rules = []
-    for i, row in frame.iterrows():
-        text = _description(row, any_stable_mp)
-        if i == 0:
-            text += "; ranked first" + (" (recommended)" if row["recommended"] else "")
+    for record, place in zip(records, placements):
+        text = description(record, any_stable_mp)
+        if place is FIRST:
+            place_text = "ranked first" + (" (recommended)" if record["recommended"] else "")
         else:
-            text += "; " + _placement(frame.iloc[i - 1], row)
-        rules.append(text)
+            place_text = place.phrase
+        rules.append(f"{text}; {place_text}")
     frame["rule"] = rules
-    return frame.drop(columns=[c for c in _SORT_KEYS if c.startswith("_k_")])
+    return frame
+
+
+def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:
+    """For each seed, the candidate that seed's own trials rank first, by the same criteria.
+
+    ``candidates`` are ranking rows stable on every seed. Each becomes one row
+    per seed whose figures are that seed's alone, so the tie rule reduces to
+    an exact comparison (one seed has no spread) and no class is minimised away.
+    """
+    if candidates.empty:
+        return []
+    per_seed: dict[Any, list[dict[str, Any]]] = {}
+    for row in candidates.to_dict("records"):
+        for seed, final in row["per_seed"]["final"].items():
+            one = {fig: {seed: values.get(seed, np.nan)} for fig, values in row["per_seed"].items()}
+            rate = one["clip_rate"][seed]
+            per_seed.setdefault(seed, []).append(
+                {
+                    **row,
+                    "per_seed": one,
+                    "clip_class": cls.clip_class(row["clip"], rate),
+                    "steps_to_target_median": one["steps_to_target"][seed],
+                    "final_loss_median": final,
+                    "speed_vs_fp32_median": one["speed_vs_fp32"][seed],
+                }
+            )
+    picks = []
+    for seed in sorted(per_seed, key=lambda s: (s is None, 0 if s is None else s)):
+        rows = pd.DataFrame(per_seed[seed])
+        first, _ = ordered(rows, ctx, minimal=False)
+        picks.append({"seed": seed, "config_id": first.iloc[0]["config_id"]})
+    return picks

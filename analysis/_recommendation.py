@@ -32,8 +32,8 @@ Schema ``ampsweep.recommendation/1``::
       "config": Config | null,            # null unless status is "recommended"
       "config_id": str | null,            # e.g. "O2 bl=[CustomNorm] clip=5.0 ls=none float16 cpu"
       "text": str,                        # the recommendation (or its absence) in one sentence
-      "rank": int,                        # recommended only: its row in this kind's ranking
-      "rule": str,                        # recommended only: why it ranks where it does
+      "rank": int | null,                 # recommended only: its row in this kind's ranking
+      "rule": str | null,                 # recommended only: why it ranks where it does
       "fallback": {"config": Config, "config_id": str} | null,   # no_stable_config only: FP32
       "evidence": Evidence,
       "seeds_agreeing": int,              # seeds whose own trials rank this config first among
@@ -41,13 +41,24 @@ Schema ``ampsweep.recommendation/1``::
       "seed_picks": [{"seed": int | null, "config_id": str, "agrees": bool}],
       "undecided": [str],                 # what the sweep could not decide (gaps in the grid, seed noise)
       "next_steps": [str],                # no_stable_config: what to try next; otherwise []
-      "code": Code | null                 # the recommended config; the FP32 fallback when none is stable
+      "code": Code | null,                # the recommended config; the FP32 fallback when none is stable
+      "localization": Localization | null,   # the Cell that goes wrong without the change (anomalies)
+      "loss_placement": str | null,       # of the recommended trials, when the trials recorded it
+      "notes": [str]                      # one-sentence notes, e.g. a class that already computes in float32
     }
+
+    Localization = {"kind": "nonfinite" | "departure", "cell": str, "cell_class": str,
+                    "phase": "forward" | "backward", "seeds": [int | null],   # the seeds that agree
+                    "n_trials": int, "replay_step": float | null, "input_dtype": str, "output_dtype": str,
+                    "max_abs": float | null, "fp32_max_abs": float | null,   # max |x| under the policy / FP32
+                    "rel_error": float | null, "zero_fraction": float | null, "note": str,
+                    "config_id": str, "text": str}   # the configuration it was seen in; the sentence
 
     Config = {"amp_level": "O0"|"O1"|"O2"|"O3", "black_list": [str],   # class names kept in float32
               "clip": float | null,                                     # global-norm threshold; null = off
               "loss_scale": str,                                        # "none", "static:<v>", "dynamic[:<v>]"
-              "dtype": "float16"|"bfloat16", "device_kind": str}
+              "dtype": "float16"|"bfloat16", "device_kind": str,
+              "loss_placement": "inside"|"outside"}                    # "inside" for older sweeps
 
     Code = {"train_step": str,            # Python: hand-written value_and_grad + ms.jit step
             "model": str}                 # Python: the same for mindspore.train.Model
@@ -80,21 +91,50 @@ Schema ``ampsweep.recommendation/1``::
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import Any
 
-from ._evidence import STATUS_NO_STABLE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, clean
-
-if TYPE_CHECKING:
-    from ._report import SweepAnalysis
+from ._anomalies import localization_phrase
+from ._evidence import clean
+from ._model import STATUS_NO_STABLE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, Recommendation, SweepAnalysis
 
 SCHEMA = "ampsweep.recommendation/1"
 STATUS_PARTIAL = "partial"
 _MIRRORED = ("config", "evidence", "seeds_agreeing", "seeds_total", "undecided", "code")
 
 
+def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
+    """One ``recommendations[]`` entry, derived from the dataclass (keys in schema order)."""
+    loc = None
+    if rec.localization is not None:
+        loc = {**asdict(rec.localization), "text": localization_phrase(rec.localization)}
+    return clean(
+        {
+            "device_kind": rec.device_kind,
+            "status": rec.status,
+            "config": rec.config,
+            "config_id": rec.config_id,
+            "text": rec.text,
+            "rank": rec.rank,
+            "rule": rec.rule,
+            "fallback": rec.fallback,
+            "evidence": rec.evidence,
+            "seeds_agreeing": rec.seeds_agreeing,
+            "seeds_total": rec.seeds_total,
+            "seed_picks": rec.seed_picks,
+            "undecided": rec.undecided,
+            "next_steps": rec.next_steps,
+            "code": rec.code,
+            "localization": loc,
+            "loss_placement": rec.loss_placement,
+            "notes": rec.notes,
+        }
+    )
+
+
 def recommendation_document(a: SweepAnalysis) -> dict[str, Any]:
     """The document as a dict (see the module docstring for the schema)."""
-    recs = [k.recommendation for k in a.kinds]
+    recs = [recommendation_entry(k.recommendation) for k in a.kinds]
     statuses = {r["status"] for r in recs}
     if not recs or statuses == {STATUS_NO_TRIALS}:
         status = STATUS_NO_TRIALS

@@ -19,27 +19,18 @@ that seed is used, so a sweep that only ran clipped O0 still has a baseline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ._load import load_trials
+from ._model import Fp32Reference
 from ._steps import aggregate_steps
 
 TARGET_FROM_FP32 = 1.1
 BASELINE_LEVEL = "O0"
 UNSTABLE_OUTCOMES = ("diverged", "failed")
-
-
-@dataclass(frozen=True)
-class Fp32Reference:
-    """What "as good as FP32" means for this sweep, so rules can quote numbers."""
-
-    final_loss: float
-    reached_target: bool
-    n_trials: int
 
 
 def ranked_trials(trials: pd.DataFrame) -> pd.Series:

@@ -9,8 +9,11 @@ single trial, never with the size of the sweep.
 
 Rules fixed here (the report quotes them):
 
-* A step is *non-finite* when its ``nonfinite`` flag is set or its loss is not
-  finite; every other step is *finite*.
+* A step is *non-finite* when its ``nonfinite`` flag is set (loss or any
+  gradient) or its loss is not finite; every other step is *finite*. The
+  trial's *first non-finite step* is the contract's
+  :func:`ampsweep_contracts.first_nonfinite_step`: the first step whose
+  *loss* is non-finite (a gradient alone does not count).
 * *Clip rate* = finite steps with ``clipped`` / finite steps. Non-finite steps
   are excluded because their norm is meaningless, not because clipping fired.
 * A *loss spike* is a finite loss greater than ``SPIKE_FACTOR`` times the
@@ -20,16 +23,14 @@ Rules fixed here (the report quotes them):
 * *Steps to target* is the 1-based position of the step that completes the
   first window of ``TARGET_WINDOW`` consecutive steps whose mean loss is at or
   below the target. A non-finite loss makes its windows fail, as it should.
-* *Final loss* is the mean of the finite losses over the last
-  ``FINAL_FRACTION`` of the trial's step rows (at least one row).
+* *Final loss* is the contract's :func:`ampsweep_contracts.final_loss`: the
+  mean of the finite losses over the last ``final_loss_rows(n)`` step rows.
 """
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -37,16 +38,18 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._load import TRIAL_PARTITIONING, SweepLocation, list_parquet, partition_id, resolve
+from ampsweep_contracts import FINAL_FRACTION, final_loss_rows
+
+from ._load import SweepLocation, files_by_trial, resolve
+
+__all__ = ["FINAL_FRACTION", "TrialAccumulator", "aggregate_steps", "read_trial_tables"]
 
 SPIKE_FACTOR = 3.0
 SPIKE_WINDOW = 20
 TARGET_WINDOW = 10
-FINAL_FRACTION = 0.10
 BATCH_ROWS = 65_536
 
 #: Only these columns are read; the rest of the step table is never decoded.
@@ -89,7 +92,7 @@ class TrialAccumulator:
 
     def __init__(self, n_rows: int, target: float) -> None:
         self._n_rows = n_rows
-        self._final_from = n_rows - max(1, math.ceil(FINAL_FRACTION * n_rows))
+        self._final_from = n_rows - final_loss_rows(n_rows)
         self._target = target
         self._rows = 0
         self._first_step: int | None = None
@@ -121,8 +124,8 @@ class TrialAccumulator:
         if self._first_step is None:
             self._first_step = int(step[0])
         self._last_step = int(step[-1])
-        if self._first_bad is None and bad.any():
-            self._first_bad = int(step[int(np.argmax(bad))])
+        if self._first_bad is None and not loss_ok.all():
+            self._first_bad = int(step[int(np.argmax(~loss_ok))])
         self._bad += int(bad.sum())
         self._skipped += int(cols["skipped"].sum())
         self._clipped += int((cols["clipped"] & ~bad).sum())
@@ -215,41 +218,6 @@ def _batch_arrays(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
         else:
             out[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
     return out
-
-
-def _fragments_by_trial(sweep_dir: str | Path, sub: str, wanted: set[str]) -> dict[str, list]:
-    """Dataset fragments of committed trials only; debris is never opened.
-
-    Used where a predicate pushdown pays (``layers/``); the step scan opens
-    files directly instead, see :func:`_files_by_trial`.
-    """
-    loc = resolve(sweep_dir)
-    files = [p for tid, paths in _files_by_trial(loc, sub, wanted).items() for p in paths]
-    if not files:
-        return {}
-    dataset = ds.dataset(
-        files,
-        filesystem=loc.fs,
-        format="parquet",
-        partitioning=TRIAL_PARTITIONING,
-        partition_base_dir=loc.join(sub),
-    )
-    grouped: dict[str, list] = defaultdict(list)
-    for fragment in dataset.get_fragments():
-        keys = ds.get_partition_keys(fragment.partition_expression)
-        grouped[str(keys["trial_id"])].append(fragment)
-    return dict(grouped)
-
-
-def _files_by_trial(loc: SweepLocation, sub: str, wanted: set[str]) -> dict[str, list[str]]:
-    """Data files per wanted trial id, in path order (part-0 before part-1)."""
-    base = loc.join(sub)
-    grouped: dict[str, list[str]] = defaultdict(list)
-    for path in list_parquet(loc, sub, recursive=True):
-        tid = partition_id(path, base)
-        if tid in wanted:
-            grouped[tid].append(path)
-    return dict(grouped)
 
 
 class _TrialFiles:
@@ -366,7 +334,7 @@ def aggregate_steps(sweep_dir: str | Path, targets: Mapping[str, float]) -> pd.D
     a row of NaN so a partial sweep still lines up with the trials table.
     """
     loc = resolve(sweep_dir)
-    grouped = _files_by_trial(loc, "steps", set(targets))
+    grouped = files_by_trial(loc, "steps", set(targets))
     order = [(tid, grouped[tid]) for tid in targets if tid in grouped]
     found: dict[str, dict[str, float]] = {}
     acc: TrialAccumulator | None = None
@@ -392,36 +360,6 @@ def aggregate_steps(sweep_dir: str | Path, targets: Mapping[str, float]) -> pd.D
     return frame.astype({"trial_id": "str", **{name: "float64" for name in STEP_SCORE_COLUMNS}})
 
 
-def first_nonfinite_layers(sweep_dir: str | Path, trial_ids: list[str]) -> dict[str, str]:
-    """Layers whose gradients went non-finite first, per trial, as evidence.
-
-    Streams the (optional) ``layers`` table with a predicate, so only anomaly
-    rows are decoded. Returns ``{trial_id: "layer_a, layer_b @ step N"}``.
-    """
-    grouped = _fragments_by_trial(sweep_dir, "layers", set(trial_ids))
-    found: dict[str, tuple[int, set[str]]] = {}
-    predicate = pc.field("nonfinite") > 0
-    for trial_id, fragments in grouped.items():
-        for fragment in fragments:
-            if not {"step", "layer", "nonfinite"} <= set(fragment.physical_schema.names):
-                continue
-            for batch in fragment.to_batches(columns=["step", "layer"], filter=predicate):
-                if batch.num_rows == 0:
-                    continue
-                steps = batch.column("step").to_numpy(zero_copy_only=False)
-                layers = batch.column("layer").to_pylist()
-                first = int(steps.min())
-                best = found.get(trial_id)
-                if best is None or first < best[0]:
-                    best = (first, set())
-                if first == best[0]:
-                    best[1].update(
-                        str(lay) for s, lay in zip(steps, layers) if s == first and lay is not None
-                    )
-                found[trial_id] = best
-    return {tid: f"{', '.join(sorted(names))} @ step {step}" for tid, (step, names) in found.items()}
-
-
 def read_trial_tables(
     sweep_dir: str | Path, sub: str, trial_ids: list[str], columns: tuple[str, ...]
 ) -> dict[str, pd.DataFrame]:
@@ -432,7 +370,7 @@ def read_trial_tables(
     """
     loc = resolve(sweep_dir)
     out: dict[str, pd.DataFrame] = {}
-    for trial_id, paths in _files_by_trial(loc, sub, set(trial_ids)).items():
+    for trial_id, paths in files_by_trial(loc, sub, set(trial_ids)).items():
         files = _TrialFiles(loc, paths)
         try:
             batches = list(files.batches(columns))

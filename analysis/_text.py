@@ -1,23 +1,73 @@
-"""Text shared by report.md and report.html, so the two never disagree.
+"""The report's sections, built once as plain blocks that every renderer only formats.
 
-Cells and sentences are plain (unescaped) strings; each renderer escapes
-them for its own format.
+Text is plain (unescaped); text between backticks is code in every renderer.
+The order is the report's: the answer first (the change to make, the
+localized layer with its evidence, the divergence map), then the evidence,
+the ranking, the trial counts, failures and the rules.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from . import _rank
-from ._rank import clip_text
-from ._scores import TARGET_FROM_FP32
-from ._steps import FINAL_FRACTION, SPIKE_FACTOR, SPIKE_WINDOW, TARGET_WINDOW
+from ._anomalies import localization_phrase
+from ._classes import clip_text
+from ._configs import first_line
+from ._criteria import TIE_RULE, rules_text
+from ._heatmap import HEATMAP_CAPTION, divergence_grids
+from ._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, Recommendation, SweepAnalysis
+from ._steps import SPIKE_FACTOR, SPIKE_WINDOW
 
-if TYPE_CHECKING:
-    from ._report import SweepAnalysis
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+    lead: str = ""  # shown strong before the text
+    role: str = ""  # "verdict" | "verdict none" | ""
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+    ordered: bool = False
+
+
+@dataclass(frozen=True)
+class Code:
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    row_roles: tuple[str, ...] = ()  # "recommended" | "baseline" | ""
+    role: str = ""  # "ranking" | "divergence"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure slot: report.html draws ``key`` of kind ``kind_index``; others show ``fallback``."""
+
+    kind_index: int
+    keys: tuple[str, ...]  # figure key prefixes, e.g. ("divergence",); () = the remaining ones
+    caption: str = ""
+    fallback: Table | Paragraph | None = None
+
+
+Block = Paragraph | Bullets | Code | Table | Figure
+
+
+@dataclass
+class Section:
+    title: str
+    level: int = 2
+    blocks: list[Block] = field(default_factory=list)
+
 
 RANKING_HEADERS = (
     "#",
@@ -33,7 +83,8 @@ RANKING_HEADERS = (
     "steps to target",
     "final loss",
     "speed vs FP32",
-    "rule",
+    "vs the row above",
+    "what it is",
 )
 
 
@@ -41,14 +92,18 @@ def _num(value: float, digits: str = ".3g") -> str:
     return "-" if pd.isna(value) else format(float(value), digits)
 
 
-def ranking_cells(ranking: pd.DataFrame) -> tuple[tuple[str, ...], list[list[str]]]:
-    """Headers and one list of cell strings per ranking row."""
-    rows = []
-    for _, r in ranking.iterrows():
+def ranking_table(ranking: pd.DataFrame) -> Table:
+    """One row per configuration; the rank says when it is tied with the row above."""
+    rows, roles = [], []
+    for r in ranking.to_dict("records"):
         flag = " (recommended)" if r["recommended"] else (" (FP32 baseline)" if r["baseline"] else "")
+        tied = f" (= #{int(r['rank']) - 1})" if r.get("tied_with_above") else ""
+        what = str(r["rule"])
+        if what.endswith(str(r["phrase"])):
+            what = what[: -len(str(r["phrase"]))].rstrip("; ")
         rows.append(
-            [
-                f"{r['rank']}{flag}",
+            (
+                f"{r['rank']}{tied}{flag}",
                 str(r["amp_level"]),
                 str(r["black_list_key"]),
                 clip_text(r["clip"]),
@@ -61,10 +116,25 @@ def ranking_cells(ranking: pd.DataFrame) -> tuple[tuple[str, ...], list[list[str
                 _num(r["steps_to_target_median"], ".0f"),
                 _num(r["final_loss_median"]),
                 "-" if pd.isna(r["speed_vs_fp32_median"]) else f"{r['speed_vs_fp32_median']:.2f}x",
-                str(r["rule"]),
-            ]
+                str(r["phrase"]),
+                what,
+            )
         )
-    return RANKING_HEADERS, rows
+        roles.append("recommended" if r["recommended"] else ("baseline" if r["baseline"] else ""))
+    return Table(RANKING_HEADERS, tuple(rows), tuple(roles), role="ranking")
+
+
+def divergence_tables(ranking: pd.DataFrame) -> Table | None:
+    """The divergence map as one table (panels stacked, their title in the first column)."""
+    grids = divergence_grids(ranking)
+    if not grids:
+        return None
+    many = len(grids) > 1
+    headers = (("panel",) if many else ()) + ("AMP, black list", *grids[0].columns)
+    rows = tuple(
+        ((g.title,) if many else ()) + (label, *cells) for g in grids for label, cells in zip(g.rows, g.cells)
+    )
+    return Table(headers, rows, role="divergence")
 
 
 #: Equivalent trials listed by name in the reports; the rest are counted.
@@ -81,35 +151,9 @@ def equivalents_summary(scores: pd.DataFrame) -> tuple[int, list[str]]:
     return len(dup), examples
 
 
-def rules_text() -> list[str]:
-    """The ranking rules as numbered sentences (shared by report.md and report.html)."""
-    return [
-        (
-            "Stable mixed precision (no diverged or failed seed) first, then the FP32 baseline (O0, never "
-            "recommended while a stable mixed-precision configuration exists), then silent failures (finite but "
-            f"median final loss > {_rank.SILENT_LOSS_FACTOR:g} x FP32 + {_rank.SILENT_LOSS_MARGIN:g}, or never "
-            "reaching the target while FP32 does), then configurations with diverged or failed seeds."
-        ),
-        "Fewer diverged or failed seeds.",
-        (
-            f"Clip rate (clipped / finite steps, median over seeds): in band (0, {_rank.HEALTHY_CLIP_MAX:g}] < "
-            "no clipping < never fires < unknown < fires too often < above "
-            f"{_rank.TOO_SMALL_CLIP:g} (threshold too small)."
-        ),
-        (
-            f"Fewer steps to target: first step where the {TARGET_WINDOW}-step moving average of the loss is at "
-            "or below the target (the workload's `target_loss`, else "
-            f"{TARGET_FROM_FP32:g} x the FP32 final loss of the same seed); a seed that never gets there counts as "
-            "infinitely slow."
-        ),
-        f"Lower final loss (mean finite loss over the last {FINAL_FRACTION:.0%} of steps).",
-        "Higher speed vs FP32 (FP32 median step time / this median step time, same device kind).",
-        "Fewer layer types kept in FP32.",
-    ]
-
-
 def rules_notes() -> list[str]:
     return [
+        TIE_RULE,
         "Each device kind is ranked on its own, against the FP32 trials of the same kind.",
         (
             f"Loss spikes (reported, not ranked): a finite loss above {SPIKE_FACTOR:g} x the median of the previous "
@@ -119,10 +163,7 @@ def rules_notes() -> list[str]:
 
 
 def counts_items(a: SweepAnalysis) -> list[str]:
-    """The "Trials" list: what was committed, expected, ignored, and the FP32 reference.
-
-    Plain sentences; text between backticks is code in both renderers.
-    """
+    """The "Trials" list: what was committed, expected, ignored, and the FP32 reference."""
     inv = a.inventory
     scores = a.scores
     outcome = scores["outcome"].value_counts()
@@ -134,9 +175,9 @@ def counts_items(a: SweepAnalysis) -> list[str]:
         f"diverged {int(outcome.get('diverged', 0))}, failed {int(outcome.get('failed', 0))})"
     )
     if inv.expected_trials is None:
-        items.append("expected: unknown (no readable `sweep.yaml`), so missing trials cannot be counted")
+        items.append("expected: unknown (no readable `plan.json`), so missing trials cannot be counted")
     else:
-        items.append(f"expected from `sweep.yaml`: {inv.expected_trials}; missing: {inv.missing_trials}")
+        items.append(f"expected from `plan.json`: {inv.expected_trials}; missing: {inv.missing_trials}")
     if inv.debris_ids:
         items.append(
             f"step data without a `trials/` row (interrupted or still running, ignored): {len(inv.debris_ids)}"
@@ -163,9 +204,15 @@ def counts_items(a: SweepAnalysis) -> list[str]:
             f"device kinds: {', '.join(k.device_kind or '(unknown)' for k in kinds)}; numerics differ between "
             "backends, so each kind is ranked on its own against its own FP32 baseline"
         )
+    for kind in kinds:
+        if not kind.speed_decides:
+            where = f" on {kind.device_kind}" if len(kinds) > 1 else ""
+            items.append(
+                f"step times{where} were measured on CPU (float16 is emulated): shown, never decisive"
+            )
     refs = [(k.device_kind, k.reference) for k in kinds] or [("", a.reference)]
-    for kind, ref in refs:
-        where = f" on {kind}" if len(kinds) > 1 else ""
+    for kind_name, ref in refs:
+        where = f" on {kind_name}" if len(kinds) > 1 else ""
         if np.isfinite(ref.final_loss):
             items.append(
                 f"FP32 reference{where}: {ref.n_trials} O0 trials, median final loss {ref.final_loss:.3g}"
@@ -175,3 +222,139 @@ def counts_items(a: SweepAnalysis) -> list[str]:
                 f"FP32 reference{where}: none (no finite O0 trial), so no relative target or silent-failure check"
             )
     return items
+
+
+def _localized(rec: Recommendation) -> Paragraph | None:
+    loc = rec.localization
+    if loc is None:
+        return None
+    text = localization_phrase(loc)
+    if loc.config_id:
+        text += f" (in {loc.config_id})"
+    if rec.config and loc.cell_class in rec.config["black_list"]:
+        text += f"; this change keeps {loc.cell_class} in float32"
+    return Paragraph(text, lead="Localized layer:")
+
+
+def _code_blocks(code: dict[str, str] | None) -> list[Block]:
+    if not code:
+        return []
+    return [
+        Code("A hand-written training step", code["train_step"]),
+        Code("With `mindspore.train.Model`", code["model"]),
+    ]
+
+
+def _answer(kind: KindAnalysis, index: int, suffix: str) -> Section:
+    rec = kind.recommendation
+    section = Section(f"Recommendation{suffix}")
+    if rec.status == STATUS_NO_TRIALS:
+        section.blocks.append(Paragraph(rec.headline, role="verdict none"))
+        return section
+    if rec.status == STATUS_RECOMMENDED:
+        section.blocks.append(Paragraph(rec.headline, role="verdict"))
+    else:
+        section.blocks.append(Paragraph(rec.detail, lead=rec.headline, role="verdict none"))
+    for block in (_localized(rec),):
+        if block is not None:
+            section.blocks.append(block)
+    if rec.loss_placement:
+        section.blocks.append(Paragraph(f"`{rec.loss_placement}`", lead="Loss placement:"))
+    if rec.notes:
+        section.blocks.append(Bullets(tuple(rec.notes)))
+    if not kind.ranking.empty:
+        section.blocks.append(
+            Figure(index, ("divergence",), HEATMAP_CAPTION, fallback=divergence_tables(kind.ranking))
+        )
+    return section
+
+
+def _evidence(kind: KindAnalysis, suffix: str) -> list[Section]:
+    rec = kind.recommendation
+    if rec.status == STATUS_NO_TRIALS:
+        return []
+    out = [Section(f"Evidence{suffix}", 3, [Bullets(tuple(rec.evidence["statements"]))])]
+    if rec.status == STATUS_RECOMMENDED:
+        if rec.undecided:
+            out.append(Section("What this sweep could not decide", 3, [Bullets(tuple(rec.undecided))]))
+        out.append(Section("Code", 3, _code_blocks(rec.code)))
+        out[-1].blocks.append(Paragraph(f"Why it ranks first: {rec.rule}."))
+        return out
+    if rec.code:
+        out.append(Section("Code (FP32)", 3, _code_blocks(rec.code)))
+    out.append(Section("What to try next", 3, [Bullets(tuple(rec.next_steps))]))
+    if rec.undecided:
+        out.append(Section("What this sweep did not cover", 3, [Bullets(tuple(rec.undecided))]))
+    return out
+
+
+def _failures(a: SweepAnalysis) -> Section:
+    scores = a.scores
+    failed = scores[scores["outcome"] == "failed"]
+    diverged = scores[scores["outcome"] == "diverged"]
+    section = Section("Failures")
+    items = [
+        f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} clip={clip_text(row.clip)} seed {row.seed}: "
+        f"`{first_line(row.error) or 'no error message recorded'}`"
+        for row in failed.itertuples(index=False)
+    ]
+    section.blocks.append(Bullets(tuple(items)) if items else Paragraph("No trial failed with an exception."))
+    if len(diverged):
+        rows = [
+            f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} seed {row.seed}: first non-finite step "
+            + ("-" if pd.isna(row.first_nonfinite) else str(int(row.first_nonfinite)))
+            for row in diverged.head(50).itertuples(index=False)
+        ]
+        if len(diverged) > 50:
+            rows.append(f"... and {len(diverged) - 50} more (see `trials/`)")
+        section.blocks += [Paragraph(f"Diverged trials: {len(diverged)}"), Bullets(tuple(rows))]
+    return section
+
+
+def report_sections(a: SweepAnalysis) -> list[Section]:
+    """Every section of the report, in order (the title is the renderer's)."""
+    sections: list[Section] = []
+    many = len(a.kinds) > 1
+    if not a.kinds:
+        sections.append(
+            Section(
+                "Recommendation",
+                blocks=[
+                    Paragraph(
+                        "Nothing to recommend: no committed trial could be ranked.", role="verdict none"
+                    )
+                ],
+            )
+        )
+    for index, kind in enumerate(a.kinds):
+        suffix = f" (device kind: {kind.device_kind or 'unknown'})" if many else ""
+        sections.append(_answer(kind, index, suffix))
+        sections += _evidence(kind, suffix)
+        if not kind.ranking.empty:
+            sections.append(Section(f"Ranking{suffix}", blocks=[ranking_table(kind.ranking)]))
+            sections.append(
+                Section(
+                    f"Figures{suffix}",
+                    blocks=[
+                        Figure(
+                            index,
+                            (),
+                            fallback=Paragraph(
+                                "Figures (loss curves, gradient norm against the clip thresholds, per-layer "
+                                "gradient maxima) are in `report.html`; the recommendation as data is in "
+                                "`recommendation.json`."
+                            ),
+                        )
+                    ],
+                )
+            )
+    sections.append(Section("Trials", blocks=[Bullets(tuple(counts_items(a)))]))
+    sections.append(_failures(a))
+    rules = Section("How the ranking is decided", blocks=[Bullets(tuple(rules_text()), ordered=True)])
+    rules.blocks += [Paragraph(note) for note in rules_notes()]
+    sections.append(rules)
+    return sections
+
+
+def title(a: SweepAnalysis) -> str:
+    return f"ampsweep report: {a.name}"

@@ -20,50 +20,39 @@ import pyarrow.parquet as pq
 import pytest
 
 import analysis
+from ampsweep_contracts import (
+    PLAN_FILE,
+    STEPS_SCHEMA,
+    TABLE_SCHEMAS,
+    TRIALS_SCHEMA,
+    PlanEntry,
+    encode_plan,
+    final_loss,
+    part_path,
+    trial_row_path,
+)
 from analysis import _steps
 
-TRIAL_SCHEMA = pa.schema(
-    [
-        ("trial_id", pa.string()),
-        ("sweep", pa.string()),
-        ("workload", pa.string()),
-        ("graph_id", pa.string()),
-        ("amp_level", pa.string()),
-        ("black_list", pa.list_(pa.string())),
-        ("clip", pa.float64()),
-        ("loss_scale", pa.string()),
-        ("dtype", pa.string()),
-        ("seed", pa.int64()),
-        ("steps", pa.int64()),
-        ("outcome", pa.string()),
-        ("steps_run", pa.int64()),
-        ("first_nonfinite_step", pa.int64()),
-        ("final_loss", pa.float64()),
-        ("target_loss", pa.float64()),
-        ("equivalent_to", pa.string()),
-        ("error", pa.string()),
-        ("traceback", pa.string()),
-        ("wall_s", pa.float64()),
-        ("compile_s", pa.float64()),
-        ("device_kind", pa.string()),
-        ("node", pa.string()),
-        ("device_id", pa.string()),
-        ("worker_index", pa.int64()),
-    ]
-)
 
-STEP_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()),
-        ("loss", pa.float64()),
-        ("grad_norm", pa.float64()),
-        ("clipped", pa.bool_()),
-        ("nonfinite", pa.bool_()),
-        ("skipped", pa.bool_()),
-        ("loss_scale", pa.float64()),
-        ("step_ms", pa.float64()),
-    ]
-)
+def write_table(root: Path, table: str, trial_id: str, columns: dict) -> None:
+    """One trial's partition of a per-trial table, typed by the contract's ``TABLE_SCHEMAS``.
+
+    Columns left out are written as nulls, as an older or partial writer would.
+    """
+    schema = TABLE_SCHEMAS[table]
+    n = len(next(iter(columns.values())))
+    data = {f.name: columns.get(f.name, [None] * n) for f in schema}
+    part = root / part_path(table, trial_id)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(data, schema=schema), part)
+
+
+def write_row(root: Path, row: dict) -> None:
+    """A committed ``trials/`` row; every ``TRIALS_SCHEMA`` column not given is null."""
+    full = {f.name: row.get(f.name) for f in TRIALS_SCHEMA}
+    path = root / trial_row_path(row["trial_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([full], schema=TRIALS_SCHEMA), path)
 
 
 def write_steps(
@@ -93,13 +82,13 @@ def write_steps(
             "loss_scale": np.ones(n),
             "step_ms": np.broadcast_to(np.asarray(step_ms, dtype=float), (n,)).copy(),
         },
-        schema=STEP_SCHEMA,
+        schema=STEPS_SCHEMA,
     )
     if order is not None:
         table = table.take(pa.array(order))
-    part = root / "steps" / f"trial_id={trial_id}"
-    part.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, part / "part-0.parquet")
+    part = root / part_path("steps", trial_id)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, part)
 
 
 def write_trial(
@@ -124,6 +113,7 @@ def write_trial(
     order=None,
     sweep: str = "unit-sweep",
     workload: str = "toy",
+    **extra,
 ) -> None:
     """A committed trial: its ``trials/`` row plus (when ``loss`` is given) its steps."""
     n = 0 if loss is None else len(loss)
@@ -156,12 +146,9 @@ def write_trial(
         "node": "n0",
         "device_id": "0",
         "worker_index": 0,
+        **extra,
     }
-    (root / "trials").mkdir(parents=True, exist_ok=True)
-    pq.write_table(
-        pa.Table.from_pylist([row], schema=TRIAL_SCHEMA),
-        root / "trials" / f"{trial_id}.parquet",
-    )
+    write_row(root, row)
     if loss is not None:
         write_steps(
             root,
@@ -173,6 +160,25 @@ def write_trial(
             skipped=skipped,
             order=order,
         )
+
+
+def write_anomaly(
+    root: Path, trial_id: str, *, cell: str = "norm1", cell_class: str = "CustomNorm", **values
+) -> None:
+    """One localized Cell of a trial (``anomalies`` table)."""
+    row = {
+        "kind": "nonfinite",
+        "replay_step": 49,
+        "cell": cell,
+        "cell_class": cell_class,
+        "phase": "forward",
+        "input_dtype": "Float16",
+        "output_dtype": "Float16",
+        "max_abs": 65504.0,
+        "fp32_max_abs": 310.0,
+        **values,
+    }
+    write_table(root, "anomalies", trial_id, {k: [v] for k, v in row.items()})
 
 
 STEPS = 200
@@ -225,20 +231,20 @@ def build_ranked_sweep(root: Path) -> None:
             outcome="failed",
             error="RuntimeError: Out of memory on device 0\nsecond line",
         )
-    layers = root / "layers" / "trial_id=div0"
-    layers.mkdir(parents=True)
-    pq.write_table(
-        pa.table(
-            {
-                "step": [40, 50, 50],
-                "layer": ["dense", "CustomNorm", "head"],
-                "grad_norm": [1.0, np.nan, np.nan],
-                "grad_absmax": [1.0, np.inf, np.inf],
-                "nonfinite": [0, 3, 1],
-            }
-        ),
-        layers / "part-0.parquet",
+    write_table(
+        root,
+        "layers",
+        "div0",
+        {
+            "step": [40, 50, 50],
+            "layer": ["dense", "CustomNorm", "head"],
+            "grad_norm": [1.0, np.nan, np.nan],
+            "grad_absmax": [1.0, np.inf, np.inf],
+            "nonfinite": [0, 3, 1],
+        },
     )
+    for seed in range(3):  # every seed of the diverging configuration agrees on the culprit
+        write_anomaly(root, f"div{seed}", max_abs=65504.0 - seed, fp32_max_abs=310.0)
     # Debris: steps of an interrupted trial (no trials row) that would win if counted.
     write_steps(root, "debris", np.full(STEPS, 0.001))
 
@@ -279,13 +285,18 @@ def test_rules_explain_placement(ranked: analysis.SweepAnalysis) -> None:
     rules = dict(zip(ranked.ranking["rank"], ranked.ranking["rule"]))
     assert "clip 1.0 fires on 10 % of steps" in rules[1] and "recommended" in rules[1]
     assert "clip 0.1 fires on 100 % of steps: threshold too small" in rules[2]
-    assert "after #1: clipping 'threshold too small' ranks below 'in band'" in rules[2]
+    assert "below #1 on clipping: 'threshold too small' vs 'in band'" in rules[2]
     assert "FP32 baseline (O0), not recommended" in rules[3]
     assert "silent failure" in rules[4] and "2 x FP32" in rules[4]
     assert "diverged on 3/3 seeds (first non-finite step median 50)" in rules[5]
-    assert "CustomNorm, head @ step 50" in rules[5]
+    assert (
+        "localized to norm1 (CustomNorm), forward, float16 max|x| 6.55e4 vs FP32 310, seeds 0,1,2" in rules[5]
+    )
     assert "failed on 3/3 seeds (RuntimeError: Out of memory on device 0)" in rules[6]
-    assert "after #5: speed vs FP32 unknown" in rules[6]
+    assert "below #5 on speed vs FP32: unknown vs 2.00x FP32" in rules[6]
+    phrases = dict(zip(ranked.ranking["rank"], ranked.ranking["phrase"]))
+    assert phrases[1] == "ranked first" and rules[6].endswith(phrases[6])
+    assert list(ranked.ranking["decided_by"])[1:3] == ["clip_class", "tier"]
 
 
 def test_equivalent_trials_and_debris_not_counted(
@@ -359,11 +370,10 @@ def _reference_scores(loss: np.ndarray, target: float) -> dict[str, float]:
     spikes = int(((median > 0) & (finite > _steps.SPIKE_FACTOR * median)).sum())
     ma = pd.Series(loss).rolling(_steps.TARGET_WINDOW).mean().to_numpy()
     hits = np.flatnonzero(ma <= target)
-    tail = loss[-max(1, math.ceil(0.1 * len(loss))) :]
     return {
         "loss_spikes": spikes,
         "steps_to_target": float(hits[0] + 1) if hits.size else float("nan"),
-        "final_loss_steps": float(tail[np.isfinite(tail)].mean()),
+        "final_loss_steps": final_loss(loss),  # the contract's definition, not a copy of it
     }
 
 
@@ -388,9 +398,7 @@ def test_streaming_matches_reference_across_batches(tmp_path: Path, monkeypatch,
 def test_partial_sweep(tmp_path: Path) -> None:
     root = tmp_path / "partial"
     root.mkdir()
-    (root / "sweep.yaml").write_text(
-        "name: partial\ngrid:\n  amp_level: [O0, O2]\n  clip: [null, 1.0]\n  seed: [0]\n"
-    )
+    write_plan(root, ["a", "b", "c", "d"])
     write_trial(root, "a", loss=CURVE, amp_level="O0")
     write_trial(root, "b", amp_level="O2", clip=1.0, outcome="completed")  # row, but no steps yet
     write_steps(root, "c", CURVE)  # steps, but no row yet
@@ -400,7 +408,31 @@ def test_partial_sweep(tmp_path: Path) -> None:
     assert a.inventory.trials_without_steps == ["b"]
     assert a.inventory.debris_ids == ["c"]
     text = analysis.render_markdown(a)
-    assert "missing: 2" in text and "without step data: 1" in text
+    assert "expected from `plan.json`: 4; missing: 2" in text and "without step data: 1" in text
+
+
+def write_plan(root: Path, trial_ids: list[str]) -> None:
+    """``plan.json`` as the driver writes it (through the contract's encoder)."""
+    root.mkdir(parents=True, exist_ok=True)
+    entries = [PlanEntry(trial_id=t, graph_id="g", label=t) for t in trial_ids]
+    (root / PLAN_FILE).write_text(encode_plan(root.name, entries))
+
+
+def test_expected_comes_from_the_plan_not_the_spec(tmp_path: Path) -> None:
+    """A spec that omits ``amp_level`` ran as many trials as its plan lists: missing 0."""
+    root = tmp_path / "no-level"
+    (root / "trials").mkdir(parents=True)
+    (root / "sweep.yaml").write_text("name: no-level\ngrid:\n  clip: [null, 1.0]\n  seed: [0]\n")
+    write_plan(root, ["p", "q"])
+    write_trial(root, "p", loss=CURVE, clip=None)
+    write_trial(root, "q", loss=CURVE, clip=1.0)
+    a = analysis.analyze(root)
+    assert (a.inventory.expected_trials, a.inventory.missing_trials) == (2, 0)
+    assert "expected from `plan.json`: 2; missing: 0" in analysis.render_markdown(a)
+    (root / PLAN_FILE).unlink()
+    a = analysis.analyze(root)
+    assert a.inventory.expected_trials is None and a.inventory.missing_trials is None
+    assert "expected: unknown (no readable `plan.json`)" in analysis.render_markdown(a)
 
 
 def test_missing_folders(tmp_path: Path) -> None:
@@ -558,16 +590,17 @@ def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
     build_evidence_sweep(tmp_path)
     a = analysis.analyze(tmp_path)
     rec = a.kinds[0].recommendation
-    assert rec["status"] == "recommended"
-    assert rec["config"] == {
+    assert rec.status == "recommended"
+    assert rec.config == {
         "amp_level": "O2",
         "black_list": ["Norm"],
         "clip": 1.0,
         "loss_scale": "none",
         "dtype": "float16",
         "device_kind": "gpu",
+        "loss_placement": "inside",
     }
-    by_relation = {n["relation"]: n for n in rec["evidence"]["neighbours"]}
+    by_relation = {n["relation"]: n for n in rec.evidence["neighbours"]}
     assert by_relation["clip_smaller"]["config"]["clip"] == 0.25
     assert by_relation["clip_smaller"]["clip_label"] == "threshold too small"
     assert by_relation["clip_larger"]["config"]["clip"] is None
@@ -575,15 +608,15 @@ def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
     without = by_relation["black_list_without"]
     assert without["class"] == "Norm" and without["stability"] == "unstable" and without["n_diverged"] == 3
     assert "keeping Norm in float32 is what makes this configuration work" in without["text"]
-    fp32 = rec["evidence"]["fp32"]
+    fp32 = rec.evidence["fp32"]
     assert fp32["config"]["amp_level"] == "O0" and fp32["final_loss_delta"] == pytest.approx(0.0)
     assert "against FP32" in fp32["text"] and "2.00x FP32's speed (faster)" in fp32["text"]
-    assert rec["seeds_agreeing"] == rec["seeds_total"] == 3
-    assert any("no clip threshold was tried between 0.25 and 1.0" in u for u in rec["undecided"])
-    assert any("loss scaling was not tried" in u for u in rec["undecided"])
-    assert rec["evidence"]["runner_up"]["config"]["clip"] is None
+    assert rec.seeds_agreeing == rec.seeds_total == 3
+    assert any("no clip threshold was tried between 0.25 and 1.0" in u for u in rec.undecided)
+    assert any("loss scaling was not tried" in u for u in rec.undecided)
+    assert rec.evidence["runner_up"]["config"]["clip"] is None
     text = analysis.render_markdown(a)
-    assert "**Evidence**" in text and "**What this sweep could not decide**" in text
+    assert "### Evidence" in text and "### What this sweep could not decide" in text
     assert "no clip threshold was tried between 0.25 and 1.0" in text
 
 
@@ -593,11 +626,11 @@ def test_untried_black_list_removal_is_undecided(tmp_path: Path) -> None:
         write_trial(tmp_path, f"r{seed}", loss=CURVE, black_list=["Norm", "Head"], seed=seed)
         write_trial(tmp_path, f"h{seed}", loss=nan_curve(), black_list=["Head"], seed=seed)
     rec = analysis.analyze(tmp_path).kinds[0].recommendation
-    neighbours = {n.get("class"): n for n in rec["evidence"]["neighbours"]}
+    neighbours = {n.get("class"): n for n in rec.evidence["neighbours"]}
     assert neighbours["Head"]["tried"] is False  # [Norm] alone was never run
     assert neighbours["Norm"]["tried"] is True and neighbours["Norm"]["stability"] == "unstable"
-    assert any("whether Head needs float32 is undecided" in u for u in rec["undecided"])
-    assert any("2 seeds per configuration" in u for u in rec["undecided"])
+    assert any("whether Head needs float32 is undecided" in u for u in rec.undecided)
+    assert any("2 seeds per configuration" in u for u in rec.undecided)
 
 
 def nan_curve() -> np.ndarray:
@@ -616,13 +649,18 @@ def test_seed_disagreement_is_reported(tmp_path: Path) -> None:
         # seeds 0 and 1 prefer "A" (lower final loss there); seed 2 prefers "B"
         write_trial(tmp_path, f"x{seed}", loss=tail(1.0 if seed < 2 else 1.02), black_list=["A"], seed=seed)
         write_trial(tmp_path, f"y{seed}", loss=tail(1.01), black_list=["B"], seed=seed)
-    rec = analysis.analyze(tmp_path).kinds[0].recommendation
-    assert rec["config"]["black_list"] == ["A"]
-    assert (rec["seeds_agreeing"], rec["seeds_total"]) == (2, 3)
-    picks = {p["seed"]: p["agrees"] for p in rec["seed_picks"]}
+    a = analysis.analyze(tmp_path)
+    rec = a.kinds[0].recommendation
+    assert rec.config["black_list"] == ["A"]
+    assert (rec.seeds_agreeing, rec.seeds_total) == (2, 3)
+    picks = {p["seed"]: p["agrees"] for p in rec.seed_picks}
     assert picks == {0: True, 1: True, 2: False}
-    assert any("1 of 3 seeds rank another stable configuration first" in u for u in rec["undecided"])
-    assert any("differ only in final loss" in u for u in rec["undecided"])
+    assert any("1 of 3 seeds rank another stable configuration first" in u for u in rec.undecided)
+    # the seeds disagree in sign on final loss: a tie, so only the name orders A before B
+    assert any("are tied within seed noise on final loss" in u for u in rec.undecided)
+    second = a.ranking[a.ranking["black_list_key"] == "[B]"].iloc[0]
+    assert second["tied_with_above"] and second["decided_by"] == "config_id"
+    assert "tied with #1 on final loss" in second["phrase"]
 
 
 def test_per_device_kind_rankings(tmp_path: Path) -> None:
@@ -633,10 +671,10 @@ def test_per_device_kind_rankings(tmp_path: Path) -> None:
         assert set(kind.ranking["device_kind"]) == {kind.device_kind}
         assert list(kind.ranking["rank"]) == list(range(1, len(kind.ranking) + 1))
     ascend, gpu = (k.recommendation for k in a.kinds)
-    assert gpu["config"]["clip"] == 1.0
-    assert ascend["config"]["clip"] is None  # its clip-1.0 config diverged on ascend
+    assert gpu.config["clip"] == 1.0
+    assert ascend.config["clip"] is None  # its clip-1.0 config diverged on ascend
     # the next smaller threshold diverges where "off" is stable: the boundary lies in an untried gap
-    assert any("no clip threshold above 1.0 was tried" in u for u in ascend["undecided"])
+    assert any("no clip threshold above 1.0 was tried" in u for u in ascend.undecided)
     doc = json.loads((Path(analysis.write_report(tmp_path)).parent / "recommendation.json").read_text())
     assert doc["status"] == "recommended" and doc["device_kinds"] == ["ascend", "gpu"]
     assert doc["config"] is None and len(doc["recommendations"]) == 2  # several kinds: read the list

@@ -1,0 +1,121 @@
+"""``analyze``: load, score, aggregate and rank a sweep folder into the model.
+
+The only module that runs the whole computation; it returns a
+:class:`SweepAnalysis` and writes nothing (see :mod:`analysis._writer`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ._anomalies import read_anomalies
+from ._configs import config_scores
+from ._criteria import RankContext
+from ._evidence import kind_recommendation
+from ._load import inventory, load_trials, resolve
+from ._model import KindAnalysis, SweepAnalysis
+from ._rank import rank_configs
+from ._scores import fp32_reference, trial_scores
+
+#: device kind / MindSpore target on which float16 is emulated, so speed never decides
+CPU_KIND = "cpu"
+
+#: What :func:`top_configs` shows: enough to choose, the rest is in the CSV.
+TOP_COLUMNS = (
+    "rank",
+    "stability",
+    "amp_level",
+    "black_list_key",
+    "clip",
+    "loss_scale",
+    "dtype",
+    "device_kind",
+    "loss_placement",
+    "n_seeds",
+    "divergence_rate",
+    "clip_rate_median",
+    "steps_to_target_median",
+    "final_loss_median",
+    "speed_vs_fp32_median",
+    "phrase",
+    "tied_with_above",
+    "rule",
+)
+
+
+def speed_decides(kind: str, scores: pd.DataFrame) -> bool:
+    """Speed decides only where every trial computed on an accelerator.
+
+    Both the device kind and MindSpore's own ``device_target`` are checked:
+    ``--compute-on cpu`` runs on CPU under an accelerator's device kind.
+    """
+    if str(kind).lower() == CPU_KIND:
+        return False
+    targets = scores["device_target"].dropna().astype(str).str.lower()
+    return not (targets == CPU_KIND).any()
+
+
+def _sweep_name(trials: pd.DataFrame, fallback: str) -> str:
+    names = trials["sweep"].dropna()
+    return str(names.mode().iloc[0]) if len(names) else fallback
+
+
+def _rank_kind(kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame) -> KindAnalysis:
+    reference = fp32_reference(scores)
+    ctx = RankContext(speed_decides=speed_decides(kind, scores))
+    ranking = rank_configs(config_scores(scores, anomalies), reference, ctx)
+    placement = bool(scores["loss_placement_recorded"].any())
+    return KindAnalysis(
+        device_kind=kind,
+        ranking=ranking,
+        reference=reference,
+        recommendation=kind_recommendation(ranking, scores, ctx, placement),
+        speed_decides=ctx.speed_decides,
+    )
+
+
+def analyze(sweep_dir: str | Path) -> SweepAnalysis:
+    """Load, score, aggregate and rank a sweep folder (local path or URI), per device kind."""
+    loc = resolve(sweep_dir)
+    trials = load_trials(sweep_dir)
+    inv = inventory(sweep_dir, trials["trial_id"])
+    scores = trial_scores(sweep_dir, trials)
+    ranked = scores[scores["ranked"]]
+    anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
+    kinds = [
+        _rank_kind(str(kind), scores[scores["device_kind"] == kind], anomalies)
+        for kind in sorted(set(ranked["device_kind"]))
+    ]
+    rankings = [k.ranking for k in kinds if not k.ranking.empty]
+    if rankings:
+        ranking = pd.concat(rankings, ignore_index=True)
+    else:
+        ranking = rank_configs(config_scores(scores, anomalies), fp32_reference(scores))
+    return SweepAnalysis(
+        name=_sweep_name(trials, loc.name),
+        sweep_dir=str(sweep_dir),
+        scores=scores,
+        ranking=ranking,
+        reference=fp32_reference(scores),
+        inventory=inv,
+        kinds=kinds,
+    )
+
+
+def top_configs(source: str | Path | SweepAnalysis | pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
+    if isinstance(source, SweepAnalysis):
+        ranking = source.ranking
+    elif isinstance(source, pd.DataFrame):
+        ranking = source
+    else:
+        ranking = analyze(source).ranking
+    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
+    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
+        # each device kind is ranked on its own: its first n rows, kind after kind
+        ranking = ranking.groupby("device_kind", sort=False).head(n)
+    else:
+        ranking = ranking.head(n)
+    return ranking.loc[:, columns].reset_index(drop=True)

@@ -1,0 +1,123 @@
+"""The localized Cell of each configuration, from the ``anomalies`` table.
+
+For a trial that went non-finite (or departed from FP32 silently) the trainer
+replays it and writes one ``anomalies`` row naming the first Cell that
+produced inf/NaN (or departed), with its max |x| under the trial's policy and
+in FP32. The table may be absent: older sweeps and completed trials have
+none. Per configuration the rows of its seeds are folded: seeds that agree
+on (cell, class, phase, kind) are reported once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from ampsweep_contracts import ANOMALIES_SCHEMA
+
+from ._load import files_by_trial, resolve
+from ._model import Localization
+
+TABLE = "anomalies"
+_AGREE_ON = ("cell", "cell_class", "phase", "kind")
+
+
+def read_anomalies(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
+    """The anomaly rows of the given trials, with a ``trial_id`` column (empty if none)."""
+    loc = resolve(sweep_dir)
+    frames = []
+    for trial_id, paths in files_by_trial(loc, TABLE, set(trial_ids)).items():
+        for path in paths:
+            with loc.fs.open_input_file(path) as handle:
+                table = pq.ParquetFile(handle).read()
+            frame = table.to_pandas()
+            frame.insert(0, "trial_id", trial_id)
+            frames.append(frame)
+    columns = ["trial_id", *ANOMALIES_SCHEMA.names]
+    if not frames:
+        return pd.DataFrame({c: pd.Series([], dtype="object") for c in columns})
+    out = pd.concat(frames, ignore_index=True).reindex(columns=columns)
+    # the first Cell caught per trial is the culprit; later rows are consequences
+    out = out.sort_values(["trial_id", "replay_step"], kind="stable", na_position="last")
+    return out.drop_duplicates("trial_id", keep="first").reset_index(drop=True)
+
+
+def _median(values: pd.Series) -> float | None:
+    finite = pd.to_numeric(values, errors="coerce").to_numpy(dtype="float64")
+    finite = finite[np.isfinite(finite)]
+    return float(np.median(finite)) if finite.size else None
+
+
+def _text(value: object) -> str:
+    return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
+
+
+def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str = "") -> list[Localization]:
+    """Fold one configuration's anomaly rows: one :class:`Localization` per agreeing group.
+
+    ``seeds`` maps trial id to seed. Groups with more seeds come first.
+    """
+    if rows.empty:
+        return []
+    keyed = rows.assign(**{k: rows[k].map(_text) for k in _AGREE_ON})
+    out = []
+    for key, group in keyed.groupby(list(_AGREE_ON), sort=True, dropna=False):
+        cell, cell_class, phase, kind = key
+        group_seeds = tuple(sorted({seeds.get(t) for t in group["trial_id"]}, key=str))
+        out.append(
+            Localization(
+                kind=kind,
+                cell=cell,
+                cell_class=cell_class,
+                phase=phase,
+                seeds=group_seeds,
+                n_trials=len(group),
+                replay_step=_median(group["replay_step"]),
+                input_dtype=_text(group["input_dtype"].iloc[0]),
+                output_dtype=_text(group["output_dtype"].iloc[0]),
+                max_abs=_median(group["max_abs"]),
+                fp32_max_abs=_median(group["fp32_max_abs"]),
+                rel_error=_median(group["rel_error"]),
+                zero_fraction=_median(group["zero_fraction"]),
+                note=_text(group["note"].iloc[0]),
+                config_id=config_id,
+            )
+        )
+    return sorted(out, key=lambda loc: (-loc.n_trials, loc.cell))
+
+
+def _dtype(text: str) -> str:
+    return text.lower().replace("mindspore.", "") or "low precision"
+
+
+def _num(value: float | None) -> str:
+    """'6.55e4', '310': three digits, no exponent padding."""
+    if value is None:
+        return "?"
+    return f"{value:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
+def _seeds(seeds: tuple[object, ...]) -> str:
+    shown = ",".join("?" if s is None else str(s) for s in seeds)
+    return f"seed{'s' if len(seeds) != 1 else ''} {shown}"
+
+
+def localization_phrase(loc: Localization) -> str:
+    """'norm1 (CustomNorm), forward, float16 max|x| 6.5e+04 vs FP32 3.1e+02, seeds 0,1,2'."""
+    head = f"{loc.cell} ({loc.cell_class}), {loc.phase}" if loc.cell_class else f"{loc.cell}, {loc.phase}"
+    if loc.kind == "departure":
+        bits = [f"departs from FP32 (relative error {_num(loc.rel_error)}"]
+        if loc.zero_fraction is not None and loc.zero_fraction > 0:
+            bits.append(f", {loc.zero_fraction * 100:.0f} % zeros")
+        evidence = "".join(bits) + ")"
+    else:
+        evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)} vs FP32 {_num(loc.fp32_max_abs)}"
+    return f"{head}, {evidence}, {_seeds(loc.seeds)}"
+
+
+def localizations_phrase(locs: list[Localization]) -> str:
+    """All of a configuration's localizations; one when its seeds agree."""
+    return "; ".join(localization_phrase(loc) for loc in locs)

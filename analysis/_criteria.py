@@ -1,0 +1,348 @@
+"""The ranking criteria as data: one ordered list drives everything about the order.
+
+:data:`CRITERIA` is the only place the order is defined. The same list
+
+* sorts the configurations (:func:`order_paths`),
+* names the criterion that put a row below the one above it and the ones it
+  is tied on (:func:`placement`),
+* orders each seed's own trials for the seed-agreement check, and
+* writes the "How the ranking is decided" text (:func:`rules_text`).
+
+**The tie rule (seed noise).** Categorical criteria (stability, divergence
+rate, clip class, FP32 classes) compare exactly. A score measured per seed
+(steps to target, final loss, speed) separates configuration B from a better
+configuration A only when *both*
+
+1. on every seed both ran, B is worse than A (the per-seed paired comparison
+   agrees in sign on every shared seed), and
+2. the seed ranges do not overlap (B's best seed is worse than A's worst).
+
+Otherwise A and B are tied on that score and the next criterion decides.
+Sorted by the score's median, a configuration joins the group of the best
+configuration of the current group when it is tied with it, else it starts
+the next group; each group is then ordered by the next criterion. With one
+seed there is no noise to measure, and any difference separates.
+
+Speed is measured, shown and tie-tested everywhere, but it decides only on an
+accelerator: on the CPU backend float16 is emulated (slower than FP32), so
+there it never decides (:attr:`RankContext.speed_decides`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _classes as cls
+from ._scores import TARGET_FROM_FP32
+from ._steps import FINAL_FRACTION, TARGET_WINDOW
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What differs between device kinds in how they are ranked."""
+
+    speed_decides: bool = True
+
+
+def _finite_or_inf(value: Any) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.inf
+    return value if math.isfinite(value) else math.inf
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One ranking key: how to read it, compare it, say it, and state it as a rule."""
+
+    name: str  # identifier, also the ``decided_by`` value of ranking.csv
+    label: str  # words in a phrase: "tied on final loss"
+    column: str  # ranking column holding the (median) value
+    rule: str  # the sentence in the rules text
+    show: Callable[[Row], str]  # the row's value in words
+    higher_is_better: bool = False
+    #: compared by the seed-noise rule on per-seed values (``per_seed[seed_figure]``)
+    seed_figure: str | None = None
+    accelerator_only: bool = False
+    #: a score (not a class or a tie-break): "tied on every score" looks at these
+    is_score: bool = False
+
+    @property
+    def noisy(self) -> bool:
+        return self.seed_figure is not None
+
+    def decides(self, ctx: RankContext) -> bool:
+        return ctx.speed_decides or not self.accelerator_only
+
+    def value(self, row: Row) -> Any:
+        """Sort value, lower = better; unknown (NaN) sorts last."""
+        raw = row[self.column]
+        if isinstance(raw, str):
+            return raw
+        value = _finite_or_inf(raw)
+        return -value if self.higher_is_better and math.isfinite(value) else value
+
+    def seed_values(self, row: Row) -> dict[Any, float]:
+        """Per-seed sort values (lower = better, unknown = +inf)."""
+        raw = (row.get("per_seed") or {}).get(self.seed_figure, {})
+        out = {}
+        for seed, value in raw.items():
+            value = _finite_or_inf(value)
+            out[seed] = -value if self.higher_is_better and math.isfinite(value) else value
+        return out
+
+    def seed_range(self, row: Row) -> str:
+        """'65-101' over the row's seeds, in the criterion's own words."""
+        raw = [v for v in (row.get("per_seed") or {}).get(self.seed_figure, {}).values()]
+        if len(raw) < 2:
+            return ""
+        values = sorted(raw, key=_finite_or_inf)
+        low, high = (self.show({self.column: v}) for v in (values[0], values[-1]))
+        return "" if low == high else f"{low}-{high}"
+
+
+def beyond_noise(better: Mapping[Any, float], worse: Mapping[Any, float]) -> bool:
+    """The tie rule: ``worse`` is worse on every shared seed and the ranges do not overlap."""
+    if not better or not worse:
+        return False
+    shared = better.keys() & worse.keys()
+    if shared and not all(worse[s] > better[s] for s in shared):
+        return False
+    return max(better.values()) < min(worse.values())
+
+
+def separated(crit: Criterion, leader: Row, other: Row, ctx: RankContext) -> bool:
+    """Whether ``other`` ranks below ``leader`` on ``crit`` (never, if it does not decide here)."""
+    if not crit.decides(ctx):
+        return False
+    if not crit.noisy:
+        return crit.value(other) != crit.value(leader)
+    return beyond_noise(crit.seed_values(leader), crit.seed_values(other))
+
+
+def _steps_text(row: Row) -> str:
+    value = _finite_or_inf(row["steps_to_target_median"])
+    return "never" if math.isinf(value) else f"{value:.0f}"
+
+
+def _speed_text(row: Row) -> str:
+    value = _finite_or_inf(row["speed_vs_fp32_median"])
+    return "unknown" if math.isinf(value) else f"{value:.2f}x FP32"
+
+
+CRITERIA: tuple[Criterion, ...] = (
+    Criterion(
+        "tier",
+        "stability",
+        "tier",
+        rule=(
+            "Stable mixed precision (no diverged or failed seed) first, then the FP32 baseline (O0, never "
+            "recommended while a stable mixed-precision configuration exists), then silent failures (finite but "
+            f"median final loss > {cls.SILENT_LOSS_FACTOR:g} x FP32 + {cls.SILENT_LOSS_MARGIN:g}, or never "
+            "reaching the target while FP32 does), then configurations with diverged or failed seeds."
+        ),
+        show=lambda r: f"'{r['stability']}'",
+    ),
+    Criterion(
+        "divergence_rate",
+        "diverged or failed seeds",
+        "divergence_rate",
+        rule="Fewer diverged or failed seeds.",
+        show=lambda r: cls.pct(float(r["divergence_rate"])),
+    ),
+    Criterion(
+        "clip_class",
+        "clipping",
+        "clip_class",
+        rule=(
+            f"Clip rate (clipped / finite steps, median over seeds): in band (0, {cls.HEALTHY_CLIP_MAX:g}] < "
+            "no clipping < never fires < unknown < fires too often < above "
+            f"{cls.TOO_SMALL_CLIP:g} (threshold too small)."
+        ),
+        show=lambda r: f"'{r['clip_label']}'",
+    ),
+    Criterion(
+        "steps_to_target",
+        "steps to target",
+        "steps_to_target_median",
+        rule=(
+            f"Fewer steps to target: first step where the {TARGET_WINDOW}-step moving average of the loss is at "
+            "or below the target (the workload's `target_loss`, else "
+            f"{TARGET_FROM_FP32:g} x the FP32 final loss of the same seed); a seed that never gets there counts as "
+            "infinitely slow. Compared by the seed-noise rule."
+        ),
+        show=_steps_text,
+        seed_figure="steps_to_target",
+        is_score=True,
+    ),
+    Criterion(
+        "final_loss",
+        "final loss",
+        "final_loss_median",
+        rule=(
+            f"Lower final loss (mean finite loss over the last {FINAL_FRACTION:.0%} of steps). Compared by the "
+            "seed-noise rule."
+        ),
+        show=lambda r: cls.num(_finite_or_inf(r["final_loss_median"])),
+        seed_figure="final",
+        is_score=True,
+    ),
+    Criterion(
+        "speed",
+        "speed vs FP32",
+        "speed_vs_fp32_median",
+        rule=(
+            "Higher speed vs FP32 (FP32 median step time / this median step time, same device kind), by the "
+            "seed-noise rule; only on an accelerator: on the CPU backend float16 is emulated, so speed is shown "
+            "but never decides."
+        ),
+        show=_speed_text,
+        higher_is_better=True,
+        seed_figure="speed_vs_fp32",
+        accelerator_only=True,
+        is_score=True,
+    ),
+    Criterion(
+        "n_black_listed",
+        "FP32 classes",
+        "n_black_listed",
+        rule=(
+            "Fewer layer types kept in FP32. The recommendation is minimal: it never keeps a class in FP32 when "
+            "the same configuration without it is stable on every seed and tied on every criterion above."
+        ),
+        show=lambda r: str(int(r["n_black_listed"])),
+    ),
+    Criterion(
+        "config_id",
+        "name",
+        "config_id",
+        rule="The configuration's name, only so the order is deterministic.",
+        show=lambda r: str(r["config_id"]),
+    ),
+)
+BY_NAME = {c.name: c for c in CRITERIA}
+#: index of the FP32-classes criterion: everything before it must tie for a smaller black list to win
+MINIMAL_LEVEL = next(i for i, c in enumerate(CRITERIA) if c.name == "n_black_listed")
+
+TIE_RULE = (
+    "Seed noise: a score measured per seed separates two configurations only when the worse one is worse on "
+    "every seed both ran and the seed ranges do not overlap; otherwise they are tied on it and the next "
+    "criterion decides (each configuration is compared with the best one of its group). With one seed any "
+    "difference separates."
+)
+
+
+def rules_text() -> list[str]:
+    """The ranking rules as numbered sentences, in :data:`CRITERIA` order."""
+    return [c.rule for c in CRITERIA]
+
+
+Path = tuple[Any, ...]
+
+
+def order_paths(rows: Sequence[Row], ctx: RankContext) -> list[Path]:
+    """Each row's position key, one entry per criterion; sorting by it is the ranking.
+
+    An exact criterion's entry is its value; a noisy one's is the index of the
+    group the row falls in within its parent group (see the module docstring).
+    """
+    paths: list[list[Any]] = [[] for _ in rows]
+    groups = [list(range(len(rows)))]
+    for crit in CRITERIA:
+        next_groups: list[list[int]] = []
+        for group in groups:
+            if not crit.noisy or not crit.decides(ctx):
+                buckets: dict[Any, list[int]] = {}
+                for i in group:
+                    key = crit.value(rows[i]) if crit.decides(ctx) else 0
+                    paths[i].append(key)
+                    buckets.setdefault(key, []).append(i)
+                next_groups.extend(buckets.values())
+                continue
+            bands: list[list[int]] = []
+            for i in sorted(group, key=lambda i: crit.value(rows[i])):
+                if bands and not separated(crit, rows[bands[-1][0]], rows[i], ctx):
+                    bands[-1].append(i)
+                else:
+                    bands.append([i])
+            for index, band in enumerate(bands):
+                for i in band:
+                    paths[i].append(index)
+            next_groups.extend(bands)
+        groups = next_groups
+    return [tuple(p) for p in paths]
+
+
+def ties_above_minimal(best: Row, smaller: Row, ctx: RankContext) -> bool:
+    """Whether ``smaller`` (``best`` less a class) is as good on every criterion before FP32 classes."""
+    for crit in CRITERIA[:MINIMAL_LEVEL]:
+        if crit.noisy:
+            if separated(crit, best, smaller, ctx):
+                return False
+        elif crit.decides(ctx) and crit.value(smaller) != crit.value(best):
+            return False
+    return True
+
+
+def adopt_position(paths: list[Path], best: int, smaller: int) -> None:
+    """Put ``smaller`` into ``best``'s groups, so the fewer FP32 classes decide between them."""
+    paths[smaller] = paths[best][:MINIMAL_LEVEL] + paths[smaller][MINIMAL_LEVEL:]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Why a row sits below the one above it."""
+
+    decided_by: str  # criterion name; "" for the first row
+    tied_on: tuple[str, ...]  # noisy criteria whose medians differ but are tied
+    tied_with_above: bool  # every score tied: only FP32 classes or the name decided
+    phrase: str
+
+
+def _pair(crit: Criterion, row: Row, above: Row) -> str:
+    text = f"{crit.show(row)} vs {crit.show(above)}"
+    if crit.noisy:
+        mine, theirs = crit.seed_range(row), crit.seed_range(above)
+        if mine or theirs:
+            text += f"; seeds {mine or crit.show(row)} vs {theirs or crit.show(above)}"
+    return text
+
+
+def placement(
+    row: Row, above: Row, path: Path, above_path: Path, above_rank: int, ctx: RankContext
+) -> Placement:
+    """The phrase column: tied with the row above or not, and on what."""
+    tied_on: list[Criterion] = []
+    not_deciding: list[Criterion] = []
+    decided = CRITERIA[-1]
+    for level, crit in enumerate(CRITERIA):
+        if path[level] != above_path[level]:
+            decided = crit
+            break
+        if crit.noisy and crit.show(row) != crit.show(above):
+            (tied_on if crit.decides(ctx) else not_deciding).append(crit)
+    parts = []
+    if tied_on:
+        parts.append(
+            f"tied with #{above_rank} on " + ", ".join(f"{c.label} ({_pair(c, row, above)})" for c in tied_on)
+        )
+    scores_tied = decided.name in ("n_black_listed", "config_id")
+    if decided.name == "config_id":
+        parts.append(f"tied with #{above_rank} on every criterion; ordered by name")
+    else:
+        if decided.name == "n_black_listed" and not tied_on:
+            parts.append(f"tied with #{above_rank} on every score")
+        where = "below it" if parts else f"below #{above_rank}"
+        parts.append(f"{where} on {decided.label}: {_pair(decided, row, above)}")
+    for crit in not_deciding:
+        parts.append(f"{crit.label} {_pair(crit, row, above)} does not decide on CPU")
+    return Placement(decided.name, tuple(c.name for c in tied_on), scores_tied, "; ".join(parts))
+
+
+FIRST = Placement("", (), False, "ranked first")

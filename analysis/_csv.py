@@ -1,0 +1,65 @@
+"""``report/ranking.csv``: every configuration, fixed columns (stable for scripts)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ._anomalies import localizations_phrase
+
+#: Columns of ``ranking.csv``, in order: identity, verdict, evidence, placement, rule.
+RANKING_COLUMNS = (
+    "rank",
+    "recommended",
+    "baseline",
+    "stability",
+    "amp_level",
+    "black_list_key",
+    "clip",
+    "loss_scale",
+    "dtype",
+    "device_kind",
+    "loss_placement",
+    "n_seeds",
+    "n_trials",
+    "n_completed",
+    "n_diverged",
+    "n_failed",
+    "divergence_rate",
+    "first_nonfinite_step_median",
+    "clip_label",
+    "clip_rate_median",
+    "clip_rate_min",
+    "clip_rate_max",
+    "target_median",
+    "n_reached_target",
+    "steps_to_target_median",
+    "steps_to_target_min",
+    "steps_to_target_max",
+    "final_loss_median",
+    "final_loss_min",
+    "final_loss_max",
+    "speed_vs_fp32_median",
+    "speed_vs_fp32_min",
+    "speed_vs_fp32_max",
+    "steps_per_s_median",
+    "skipped_steps_median",
+    "loss_spikes_median",
+    "n_black_listed",
+    "localized",
+    "config_id",
+    "trial_ids",
+    "tied_with_above",
+    "tied_on",
+    "decided_by",
+    "phrase",
+    "rule",
+)
+
+
+def ranking_csv(ranking: pd.DataFrame) -> str:
+    """The ranking as CSV text with a fixed column order."""
+    frame = ranking.copy()
+    if "localizations" in frame.columns:
+        frame["localized"] = [localizations_phrase(v) if v else "" for v in frame["localizations"]]
+    frame = frame.reindex(columns=list(RANKING_COLUMNS))
+    return frame.to_csv(index=False, lineterminator="\n")

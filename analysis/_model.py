@@ -1,0 +1,140 @@
+"""The analysis result as data: what every renderer formats and nothing computes.
+
+The model sits at the start of the one-way chain
+``model -> text -> renderers -> writer``: it imports no other module of the
+package, so a renderer can never be imported back by the data it shows.
+``recommendation.json`` is derived from :class:`Recommendation` (see
+:mod:`analysis._recommendation` for its schema), never assembled by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+STATUS_RECOMMENDED = "recommended"
+STATUS_NO_STABLE = "no_stable_config"
+STATUS_NO_TRIALS = "no_trials"
+
+
+@dataclass(frozen=True)
+class Fp32Reference:
+    """What "as good as FP32" means for this sweep, so rules can quote numbers."""
+
+    final_loss: float
+    reached_target: bool
+    n_trials: int
+
+
+@dataclass(frozen=True)
+class Localization:
+    """The Cell one configuration's trials agree went wrong first (``anomalies`` rows).
+
+    One per distinct (cell, class, phase, kind) among the configuration's
+    trials; ``seeds`` are the seeds that agree on it. Figures are medians over
+    those seeds.
+    """
+
+    kind: str  # nonfinite | departure
+    cell: str
+    cell_class: str
+    phase: str  # forward | backward
+    seeds: tuple[Any, ...]
+    n_trials: int  # trials of the configuration that agree on this Cell
+    replay_step: float | None
+    input_dtype: str
+    output_dtype: str
+    max_abs: float | None
+    fp32_max_abs: float | None
+    rel_error: float | None
+    zero_fraction: float | None
+    note: str = ""
+    config_id: str = ""
+
+
+@dataclass
+class Recommendation:
+    """One device kind's answer: the change to make, with its evidence.
+
+    ``evidence`` stays plain JSON-ready data (nested rows and statements)
+    because it is written to ``recommendation.json`` as it is; the fields a
+    renderer needs to lay out the first screen are typed.
+    """
+
+    device_kind: str
+    status: str
+    #: the answer in one sentence ("Use AMP level O2 ...", or why there is none)
+    headline: str
+    #: what to do about it, when the headline alone does not say
+    detail: str = ""
+    config: dict[str, Any] | None = None
+    config_id: str | None = None
+    rank: int | None = None
+    rule: str | None = None
+    fallback: dict[str, Any] | None = None
+    evidence: dict[str, Any] = field(default_factory=lambda: {"statements": []})
+    seeds_agreeing: int = 0
+    seeds_total: int = 0
+    seed_picks: list[dict[str, Any]] = field(default_factory=list)
+    undecided: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+    code: dict[str, str] | None = None
+    #: the Cell that overflows without the recommended change (first screen)
+    localization: Localization | None = None
+    #: ``loss_placement`` of the recommended trials, when the column was written
+    loss_placement: str | None = None
+    #: one-sentence notes, e.g. a class that already computes in float32
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """Headline and detail as one paragraph (``recommendation.json``'s ``text``)."""
+        return f"{self.headline} {self.detail}".strip()
+
+
+@dataclass
+class KindAnalysis:
+    """Ranking and recommendation for one device kind.
+
+    Numerics differ between backends (an Ascend float16 matmul is not a GPU
+    one), so configurations are only compared with others, and with FP32, on
+    the same device kind.
+    """
+
+    device_kind: str
+    ranking: pd.DataFrame
+    reference: Fp32Reference
+    recommendation: Recommendation
+    #: whether step time may decide the order (not on CPU, where float16 is emulated)
+    speed_decides: bool = False
+
+    @property
+    def recommended(self) -> pd.Series | None:
+        if self.ranking.empty or not self.ranking["recommended"].any():
+            return None
+        return self.ranking[self.ranking["recommended"]].iloc[0]
+
+
+@dataclass
+class SweepAnalysis:
+    """Everything the report needs, computed once, for callers that want more than files."""
+
+    name: str
+    sweep_dir: str
+    scores: pd.DataFrame
+    #: all kinds' rankings, one after the other; ``rank`` restarts per kind
+    ranking: pd.DataFrame
+    #: the FP32 reference over the whole sweep (per kind: ``kinds[i].reference``)
+    reference: Fp32Reference
+    inventory: Any  # analysis.SweepInventory (kept untyped so the model imports nothing)
+    kinds: list[KindAnalysis] = field(default_factory=list)
+
+    @property
+    def recommended(self) -> pd.Series | None:
+        """The first kind's recommendation (the only one on a single-kind sweep)."""
+        for kind in self.kinds:
+            if kind.recommended is not None:
+                return kind.recommended
+        return None

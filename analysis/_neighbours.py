@@ -1,0 +1,251 @@
+"""The recommendation's neighbours in the grid, and the gaps they leave undecided.
+
+A ranked list alone does not say how much to trust its first line. The
+*neighbours* are the same configuration with the next smaller and the next
+larger clip threshold (clipping off counts as the largest), and without each
+black-listed class. A neighbour that diverges where the recommendation is
+stable is the reason for the choice; one that is just as good says that part
+of the choice is not needed. Where the neighbours on either side of a gap
+differ in class, the sweep could not decide where the boundary lies.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import _classes as cls
+from ._classes import num, pct
+from ._load import black_list_label
+from ._rank import config_key, runs, unstable_phrase
+
+_WORKING = (cls.TIER_STABLE, cls.TIER_FP32)
+_BROKEN = (cls.TIER_UNSTABLE, cls.TIER_SILENT)
+
+
+def config_dict(row: pd.Series) -> dict[str, Any]:
+    """The user-facing choice (``recommendation.json``'s ``config``)."""
+    return {
+        "amp_level": str(row["amp_level"]),
+        "black_list": [str(x) for x in row["black_list"]],
+        "clip": None if pd.isna(row["clip"]) else float(row["clip"]),
+        "loss_scale": str(row["loss_scale"]),
+        "dtype": str(row["dtype"]),
+        "device_kind": str(row["device_kind"]),
+        "loss_placement": str(row["loss_placement"]),
+    }
+
+
+def state(row: pd.Series) -> str:
+    """'stable on 3/3 seeds' / 'diverged on 2/3 seeds (first non-finite step median 15)'."""
+    n = int(row["n_trials"])
+    if row["tier"] == cls.TIER_UNSTABLE:
+        return unstable_phrase(row)
+    if row["tier"] == cls.TIER_SILENT:
+        return f"finite on {n}/{n} {runs(row)} but learns clearly worse than FP32 ({row['silent_reason']})"
+    return f"stable on {n}/{n} {runs(row)}"
+
+
+def summary(row: pd.Series) -> str:
+    """One neighbour in words: state, clip, progress, rank."""
+    bits = [state(row)]
+    if row["clip_class"] != cls.CLIP_OFF and row["tier"] != cls.TIER_UNSTABLE:
+        bits.append(f"clip fires on {pct(row['clip_rate_median'])} of steps ({row['clip_label']})")
+    if row["tier"] in _WORKING:
+        if np.isfinite(row["final_loss_median"]):
+            bits.append(f"final loss {num(row['final_loss_median'])}")
+        if np.isfinite(row["steps_to_target_median"]):
+            bits.append(f"{row['steps_to_target_median']:.0f} steps to target")
+    bits.append(f"rank {int(row['rank'])}")
+    return ", ".join(bits)
+
+
+def row_facts(row: pd.Series) -> dict[str, Any]:
+    """The numbers of a ranking row that evidence entries repeat."""
+    return {
+        "config_id": row["config_id"],
+        "config": config_dict(row),
+        "rank": int(row["rank"]),
+        "stability": row["stability"],
+        "clip_label": row["clip_label"],
+        "n_trials": int(row["n_trials"]),
+        "n_seeds": int(row["n_seeds"]),
+        "n_diverged": int(row["n_diverged"]),
+        "n_failed": int(row["n_failed"]),
+        "first_nonfinite_step_median": row["first_nonfinite_step_median"],
+        "clip_rate_median": row["clip_rate_median"],
+        "steps_to_target_median": row["steps_to_target_median"],
+        "final_loss_median": row["final_loss_median"],
+        "speed_vs_fp32_median": row["speed_vs_fp32_median"],
+    }
+
+
+def match(ranking: pd.DataFrame, base: pd.Series, **changes: Any) -> pd.Series | None:
+    """The ranking row equal to ``base`` except for ``changes`` (``clip`` NaN = off, ``black_list``)."""
+    black_list = changes.pop("black_list", None)
+    want = config_key({**base, **changes}, black_list)
+    for _, row in ranking.iterrows():
+        if config_key(row) == want:
+            return row
+    return None
+
+
+def _clip_value(clip: float) -> float:
+    return math.inf if pd.isna(clip) else float(clip)
+
+
+def _clip_name(value: float) -> str:
+    return "off" if math.isinf(value) else repr(float(value))
+
+
+def _clip_ladder(ranking: pd.DataFrame, best: pd.Series) -> list[float]:
+    """Clip values tried with everything else equal, ascending; off is +inf."""
+    want = config_key(best)
+    values = set()
+    for _, row in ranking.iterrows():
+        key = config_key({**row, "clip": best["clip"]})
+        if key == want:
+            values.add(_clip_value(row["clip"]))
+    return sorted(values)
+
+
+def _versus(best: pd.Series, other: pd.Series) -> str:
+    """Where both are stable, the figures side by side."""
+    if other["tier"] not in _WORKING:
+        return ""
+    bits = []
+    if np.isfinite(other["final_loss_median"]) and np.isfinite(best["final_loss_median"]):
+        bits.append(f"final loss {num(other['final_loss_median'])} vs {num(best['final_loss_median'])}")
+    if np.isfinite(other["speed_vs_fp32_median"]) and np.isfinite(best["speed_vs_fp32_median"]):
+        bits.append(f"speed {other['speed_vs_fp32_median']:.2f}x vs {best['speed_vs_fp32_median']:.2f}x FP32")
+    return "; ".join(bits)
+
+
+def _row_at_clip(best: pd.Series, other: pd.Series, clip: float) -> pd.Series:
+    """Whichever of the two rows has clip value ``clip`` (+inf = off)."""
+    return best if _clip_value(best["clip"]) == clip else other
+
+
+def _clip_gap(best: pd.Series, other: pd.Series, here: float, value: float) -> str | None:
+    """What the untried thresholds between ``here`` and ``value`` leave open, if anything."""
+    low, high = sorted((here, value))
+    a, b = _row_at_clip(best, other, low), _row_at_clip(best, other, high)
+    if other["tier"] != best["tier"]:
+        if math.isinf(high):
+            return (
+                f"no clip threshold above {_clip_name(low)} was tried: at {_clip_name(low)} this "
+                f"configuration is {state(a)}, without clipping it is {state(b)}; whether a larger threshold "
+                "would also hold is unknown"
+            )
+        return (
+            f"no clip threshold was tried between {_clip_name(low)} and {_clip_name(high)}: at "
+            f"{_clip_name(low)} this configuration is {state(a)}, at {_clip_name(high)} {state(b)}; where it "
+            "changes is unknown"
+        )
+    if other["clip_class"] != best["clip_class"] and not math.isinf(high):
+        return (
+            f"no clip threshold was tried between {_clip_name(low)} and {_clip_name(high)}: "
+            f"{_clip_name(low)} fires on {pct(a['clip_rate_median'])} of steps ({a['clip_label']}), "
+            f"{_clip_name(high)} on {pct(b['clip_rate_median'])} ({b['clip_label']}); a threshold in "
+            "between may fit the healthy band better"
+        )
+    return None
+
+
+def _clip_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[str, Any]], list[str]]:
+    out: list[dict[str, Any]] = []
+    undecided: list[str] = []
+    ladder = _clip_ladder(ranking, best)
+    here = _clip_value(best["clip"])
+    pos = ladder.index(here)
+    sides = [("clip_smaller", ladder[pos - 1])] if pos > 0 else []
+    if pos + 1 < len(ladder):
+        sides.append(("clip_larger", ladder[pos + 1]))
+    for relation, value in sides:
+        other = match(ranking, best, clip=math.nan if math.isinf(value) else value)
+        if other is None:  # pragma: no cover - the ladder comes from the ranking itself
+            continue
+        label = "without clipping" if math.isinf(value) else f"clip {_clip_name(value)}"
+        text = f"{label} instead of {_clip_name(here)}: {summary(other)}"
+        versus = _versus(best, other)
+        if versus:
+            text += f" ({versus})"
+        same_tier = other["tier"] == best["tier"]
+        if same_tier and math.isinf(value):
+            text += "; clipping is not needed for stability here, it ranks lower on rule 3 (clip rate)"
+        elif same_tier and math.isinf(here):
+            text += "; clipping does not change stability here"
+        elif not same_tier and other["tier"] in _BROKEN:
+            text += f"; the threshold {_clip_name(here)} is what keeps this configuration stable"
+        out.append(
+            {
+                "relation": relation,
+                "label": label,
+                "tried": True,
+                "same_class": bool(same_tier and other["clip_class"] == best["clip_class"]),
+                **row_facts(other),
+                "text": text,
+            }
+        )
+        gap = _clip_gap(best, other, here, value)
+        if gap:
+            undecided.append(gap)
+    return out, undecided
+
+
+def _black_list_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[str, Any]], list[str]]:
+    out: list[dict[str, Any]] = []
+    undecided: list[str] = []
+    for name in best["black_list"]:
+        rest = tuple(c for c in best["black_list"] if c != name)
+        other = match(ranking, best, black_list=rest)
+        label = f"without {name} in float32"
+        if other is None:
+            config = config_dict(best) | {"black_list": list(rest)}
+            out.append(
+                {
+                    "relation": "black_list_without",
+                    "class": name,
+                    "label": label,
+                    "tried": False,
+                    "same_class": None,
+                    "config": config,
+                    "text": f"{label}: not tried",
+                }
+            )
+            undecided.append(
+                f"whether {name} needs float32 is undecided: {best['amp_level']} with black list "
+                f"{black_list_label(rest)} and otherwise the same settings was not tried"
+            )
+            continue
+        text = f"{label}: {summary(other)}"
+        if other["tier"] == best["tier"]:
+            versus = _versus(best, other)
+            text += f" ({versus})" if versus else ""
+            text += f"; keeping {name} in float32 is not needed for stability here"
+        elif other["tier"] in _BROKEN:
+            text += f"; keeping {name} in float32 is what makes this configuration work"
+        out.append(
+            {
+                "relation": "black_list_without",
+                "class": name,
+                "label": label,
+                "tried": True,
+                "same_class": bool(
+                    other["tier"] == best["tier"] and other["clip_class"] == best["clip_class"]
+                ),
+                **row_facts(other),
+                "text": text,
+            }
+        )
+    return out, undecided
+
+
+def neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[str, Any]], list[str]]:
+    """Clip and black-list neighbours of ``best``, and the gaps they leave undecided."""
+    clip_rows, clip_gaps = _clip_neighbours(ranking, best)
+    bl_rows, bl_gaps = _black_list_neighbours(ranking, best)
+    return clip_rows + bl_rows, clip_gaps + bl_gaps

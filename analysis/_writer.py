@@ -1,0 +1,60 @@
+"""Write the report folder: the last link of ``model -> text -> renderers -> writer``.
+
+``report/`` holds ``ranking.csv`` (every configuration, fixed columns),
+``report.md`` (the answer, evidence, ranking, failures, rules),
+``report.html`` (the same plus figures, one self-contained file) and
+``recommendation.json`` (the recommendation as data, schema in
+:mod:`analysis._recommendation`). Files are written to a temporary name and
+renamed into place, as everything else in a sweep folder is, so a reader
+never sees half a report.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from ._analyze import analyze
+from ._csv import ranking_csv
+from ._html import render_html
+from ._load import resolve
+from ._markdown import render_markdown
+from ._model import SweepAnalysis
+from ._recommendation import recommendation_json
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared report from its readers
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_report(
+    sweep_dir: str | Path, out_dir: str | Path | None = None, analysis: SweepAnalysis | None = None
+) -> Path:
+    """Write ``ranking.csv``, ``report.md``, ``report.html`` and
+    ``recommendation.json``; return the path of ``report.md``.
+
+    ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep
+    folder is a URI or read-only. ``analysis`` reuses an ``analyze`` result
+    already in hand instead of reading the sweep again.
+    """
+    if out_dir is None and "://" in str(sweep_dir):
+        raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")
+    if analysis is None:
+        analysis = analyze(sweep_dir)
+    target = Path(out_dir) if out_dir is not None else Path(resolve(sweep_dir).root) / "report"
+    _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
+    _atomic_write(target / "recommendation.json", recommendation_json(analysis))
+    _atomic_write(target / "report.html", render_html(analysis))
+    report = target / "report.md"
+    _atomic_write(report, render_markdown(analysis))
+    return report
