@@ -43,6 +43,8 @@ class RunConfig:
     #: "cpu" keeps a device sweep's scheduling and pinning but computes on CPU
     compute_on: str | None = None
     progress: bool = True
+    #: run every trial even when the first ones show the workload itself is broken
+    keep_going: bool = False
     runtime_env: dict[str, Any] | None = None
     #: None: the spec's ``max_attempts`` with the default slot policy
     failure: FailurePolicy | None = None

@@ -1,4 +1,9 @@
-"""The one error a user sees for bad input: a single line naming field, value and what is allowed."""
+"""The errors a user sees: one line each, naming what happened and what to do.
+
+``SpecError`` is bad input (exit code 2, nothing written). ``SweepStopped``
+is a run that could not go on — the cluster went away, the workload is
+broken, the user pressed Ctrl-C — and always says how to resume.
+"""
 
 from __future__ import annotations
 
@@ -13,3 +18,32 @@ class SpecError(ValueError):
         self.value = value
         self.allowed = " ".join(allowed.split())  # one line, whatever a user's exception printed
         super().__init__(f"{field}: {value!r} is not allowed; {self.allowed}")
+
+
+class SweepStopped(RuntimeError):
+    """A run that stopped before its last trial; committed trials are kept."""
+
+    #: exit code of the CLI
+    exit_code = 3
+
+    def __init__(self, what: str, committed: int, left: int, detail: str | None = None) -> None:
+        self.what = what
+        self.committed = committed
+        self.left = left
+        #: more lines (e.g. the workload's traceback), printed before the one-line summary
+        self.detail = detail
+        super().__init__(f"{what}; {committed} trials are committed, {left} left")
+
+
+class ClusterLost(SweepStopped):
+    """The Ray cluster (head, or the local raylet) stopped answering."""
+
+
+class WorkloadBroken(SweepStopped):
+    """The first trials, the FP32 baseline among them, all failed with the same exception."""
+
+
+class Interrupted(SweepStopped):
+    """Ctrl-C (SIGINT) or SIGTERM of the driver."""
+
+    exit_code = 130

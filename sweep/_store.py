@@ -36,6 +36,18 @@ class SweepStore:
         self.name = name
         self.root = f"{base.rstrip('/')}/{name}"
 
+    @classmethod
+    def at(cls, location: str) -> SweepStore:
+        """The store of an existing sweep folder ``OUT/<name>`` (a path or a URI)."""
+        fs, root = open_filesystem(location)
+        root = root.rstrip("/")
+        store = cls.__new__(cls)
+        store.fs, store.root, store.name = fs, root, root.rpartition("/")[2]
+        return store
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound
+
     def path(self, relative: str) -> str:
         return f"{self.root}/{relative}"
 
@@ -71,6 +83,25 @@ class SweepStore:
         """Ids of trials whose ``trials/`` row exists."""
         info = self.fs.get_file_info(pafs.FileSelector(self.path("trials"), allow_not_found=True))
         return committed_ids([f.base_name for f in info if f.type == pafs.FileType.File])
+
+    def unreadable(self, trial_ids: set[str]) -> dict[str, str]:
+        """Committed trials with a truncated or corrupt file, and which file: they must run again.
+
+        Reads each file's Parquet footer only (a truncated file has none), so
+        checking thousands of trials costs one small read per file.
+        """
+        problems: dict[str, str] = {}
+        for trial_id in trial_ids:
+            for relative in (trial_row_path(trial_id), part_path("steps", trial_id)):
+                try:
+                    pq.read_metadata(self.path(relative), filesystem=self.fs)
+                except FileNotFoundError:
+                    problems[trial_id] = f"{relative} is missing"
+                    break
+                except (OSError, pa.ArrowException) as exc:
+                    problems[trial_id] = f"{relative} is unreadable ({str(exc).splitlines()[0][:120]})"
+                    break
+        return problems
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:
         """Remove what an interrupted write left under an uncommitted trial."""

@@ -28,7 +28,9 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
     except TypeError as exc:
         raise SpecError("workload_args", spec.workload_args, f"the factory rejected them ({exc})") from None
     except Exception as exc:  # the user's factory itself raised
-        raise SpecError("workload", spec.workload, f"calling it failed: {type(exc).__name__}: {exc}") from None
+        raise SpecError(
+            "workload", spec.workload, f"calling it failed: {type(exc).__name__}: {exc}"
+        ) from None
     cells = [workload.network, workload.loss_fn]
     known = known_layer_types(cells)
     for index, group in enumerate(spec.grid.black_list):

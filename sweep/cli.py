@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from ._api import Sweep
 from ._config import RunConfig
-from ._errors import SpecError
+from ._errors import SpecError, SweepStopped
 from .devices import DEVICE_KINDS
 
 EXIT_USAGE = 2
@@ -51,6 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--compute-on", choices=("cpu",), default=None, help="keep scheduling, compute on CPU")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    run.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="run every trial even when the first ones (the FP32 baseline among them) all fail alike",
+    )
     run.add_argument("--top", type=_positive_int, default=8, help="ranking rows to print")
 
     pull = sub.add_parser("pull", help="copy a sweep's committed trials here, incrementally")
@@ -60,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     pull.add_argument("destination", help="local folder (or URI) that receives <name>/")
     pull.add_argument(
         "--address", default=None, help="read SOURCE from the disk of this Ray cluster's head node"
+    )
+
+    status = sub.add_parser(
+        "status", help="counts of a sweep folder: completed, diverged, failed, missing, running"
+    )
+    status.add_argument(
+        "sweep_dir", help="a sweep folder OUT/<name>: local path, pulled copy or pyarrow.fs URI"
     )
 
     report = sub.add_parser("report", help="(re)write the report of a sweep folder")
@@ -130,8 +144,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
         devices=args.devices,
         compute_on=args.compute_on,
         progress=not args.no_progress,
+        keep_going=args.keep_going,
     )
-    result = sweep.run(args.out, config)
+    try:
+        result = sweep.run(args.out, config)
+    except SweepStopped as stop:
+        if stop.detail:
+            print(stop.detail, file=sys.stderr)
+        resume = "ampsweep " + shlex.join(args.argv)
+        print(f"ampsweep: stopped: {stop}; resume with: {resume}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        # a lost cluster can make Ray's own exit handlers wait forever: leave now
+        os._exit(stop.exit_code)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     print(
         f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
@@ -160,6 +184,18 @@ def _cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from ._status import sweep_status
+
+    try:
+        status = sweep_status(args.sweep_dir)
+    except FileNotFoundError as exc:
+        raise SpecError("sweep_dir", args.sweep_dir, f"a sweep folder OUT/<name> ({exc})") from None
+    for line in status.lines():
+        print(line)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     if not (args.sweep_dir / "trials").is_dir():
         raise SpecError("sweep_dir", str(args.sweep_dir), "a sweep folder OUT/<name> with a trials/ folder")
@@ -167,9 +203,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
-    commands = {"plan": _cmd_plan, "run": _cmd_run, "pull": _cmd_pull, "report": _cmd_report}
+    args.argv = argv  # the exact command, for the resume line
+    commands = {
+        "plan": _cmd_plan,
+        "run": _cmd_run,
+        "pull": _cmd_pull,
+        "status": _cmd_status,
+        "report": _cmd_report,
+    }
+    # SIGTERM (a scheduler, `kill`) stops a run like Ctrl-C: committed trials stay, resume line printed
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return commands[args.command](args)
     except SpecError as exc:

@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests._ray_processes import private_temp_dir, stop_processes_under
+
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 BIN = Path(sys.executable).parent
@@ -70,7 +72,7 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
 @pytest.fixture
 def ray_head(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}:{os.environ['PATH']}"}
-    subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True)
+    temp_dir = private_temp_dir()
     started = subprocess.run(
         [
             str(BIN / "ray"),
@@ -85,15 +87,20 @@ def ray_head(tmp_path):
             "--include-dashboard",
             "true",
             "--disable-usage-stats",
+            "--temp-dir",
+            temp_dir,
         ],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert started.returncode == 0, started.stderr
-    yield env
-    subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+    try:
+        assert started.returncode == 0, started.stderr
+        yield env
+    finally:
+        # never `ray stop --force`: it would end every Ray cluster on the machine, not only this one
+        stop_processes_under(temp_dir)
 
 
 def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_path):

@@ -1,0 +1,271 @@
+"""Handing trials to device actors one at a time, and surviving what a long run meets.
+
+Trials are handed out one at a time (not pre-split), so no device idles while
+trials remain and a slow trial holds back nobody; an actor prefers trials of a
+graph it has compiled. A new actor first answers a probe, so an actor that can
+never start (its node was removed) holds no trial. What goes wrong is handled
+here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts``
+counts it), a trial that kills ``max_attempts`` workers (``failed``), a
+cluster that goes away (``ClusterLost``), a workload whose first trials all
+fail alike (``WorkloadBroken``), Ctrl-C (``Interrupted``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
+
+from ._config import FailurePolicy
+from ._errors import ClusterLost, Interrupted, WorkloadBroken
+from ._health import ClusterWatch
+from ._progress import SweepProgress
+from .devices import DeviceBackend, device_setup
+
+#: Trials whose results decide whether the workload itself is broken.
+FAIL_FAST_TRIALS = 3
+#: Seconds without any live actor after which the sweep gives up waiting for one to start.
+NO_ACTOR_TIMEOUT_S = 300.0
+#: How long ``ray.wait`` blocks before the loop checks the cluster and Ctrl-C again.
+_TICK_S = 1.0
+
+
+@dataclass
+class Slot:
+    """One device an actor runs on; its actor is replaced when it dies."""
+
+    backend: DeviceBackend
+    index: int
+    ordinal: int
+    actor: Any = None
+    ready: bool = False
+    deaths: int = 0
+    gone: bool = False
+    graphs: set[str] = field(default_factory=set)
+
+
+@dataclass
+class DispatchOptions:
+    workload_ref: str
+    compute_on: str | None
+    failure: FailurePolicy
+    fail_fast: bool = True
+
+
+def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
+    """The first FP32 (O0) trial moves to the front, so a broken workload shows on the baseline first."""
+    for position, trial in enumerate(trials):
+        if trial.amp_level == "O0":
+            return [trial, *trials[:position], *trials[position + 1 :]]
+    return list(trials)
+
+
+def workload_frame(traceback_text: str | None) -> str:
+    """The last traceback frame outside ampsweep, MindSpore and the standard library: the user's line."""
+    if not traceback_text:
+        return ""
+    lines = traceback_text.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    skip = ("/jobs/_", "/sweep/", "site-packages", "/lib/python3")
+    for index in reversed(frames):
+        if not any(part in lines[index] for part in skip):
+            code = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            return f"{lines[index].strip()}\n    {code}".rstrip()
+    return ""
+
+
+class Dispatcher:
+    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial."""
+
+    def __init__(
+        self,
+        slots: list[Slot],
+        pending: list[TrialConfig],
+        options: DispatchOptions,
+        commit: Callable[[TrialResult, int], None],
+        bar: SweepProgress,
+        heartbeat: Callable[[list[str]], None],
+        committed_before: int,
+    ) -> None:
+        self.slots = slots
+        self.pending: deque[TrialConfig] = deque(baseline_first(pending))
+        self.options = options
+        self._commit = commit
+        self.bar = bar
+        self.heartbeat = heartbeat
+        self.attempts: dict[str, int] = {}
+        self.in_flight: dict[Any, tuple[Slot, TrialConfig]] = {}
+        self.probes: dict[Any, Slot] = {}
+        self.committed = committed_before
+        self._early: list[TrialResult] | None = [] if options.fail_fast else None
+        self._last_live = time.monotonic()
+        self.last_error = ""
+
+    # actors ---------------------------------------------------------------
+    def _start_actor(self, slot: Slot) -> None:
+        import ray
+
+        remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
+        setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
+        slot.actor = remote.remote(slot.index, setup)
+        slot.ready = False
+        slot.graphs.clear()
+        self.probes[slot.actor.info.remote()] = slot
+
+    def _give_up(self, slot: Slot) -> None:
+        import ray
+
+        slot.gone = True
+        if slot.actor is not None:
+            ray.kill(slot.actor, no_restart=True)
+
+    # trials ---------------------------------------------------------------
+    def _take_for(self, slot: Slot) -> TrialConfig:
+        for position, candidate in enumerate(self.pending):
+            if candidate.graph_id in slot.graphs:
+                del self.pending[position]
+                return candidate
+        config = self.pending.popleft()
+        slot.graphs.add(config.graph_id)
+        return config
+
+    def _dispatch(self, slot: Slot) -> None:
+        if not self.pending or slot.gone or not slot.ready:
+            return
+        config = self._take_for(slot)
+        self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
+        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref)] = (slot, config)
+
+    def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
+        setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
+        return TrialResult.failure(
+            config, error, Placement(setup.device_kind, setup.mindspore_target, worker_index=slot.index)
+        )
+
+    def _finish(self, result: TrialResult) -> None:
+        if self._early is not None:
+            self._early.append(result)
+            if len(self._early) < min(
+                FAIL_FAST_TRIALS, len(self._early) + len(self.pending) + len(self.in_flight)
+            ):
+                return
+            early, self._early = self._early, None
+            self._judge_early(early)
+            for held in early:
+                self._record(held)
+            return
+        self._record(result)
+
+    def _record(self, result: TrialResult) -> None:
+        self._commit(result, self.attempts.get(result.trial_id, 1))
+        self.committed += 1
+        self.bar.finished(Outcome(result.outcome).value)
+
+    def _judge_early(self, early: list[TrialResult]) -> None:
+        errors = {r.error for r in early}
+        all_failed = all(r.outcome == Outcome.FAILED for r in early)
+        baseline = any(r.config.amp_level == "O0" for r in early)
+        if all_failed and len(errors) == 1 and baseline and early[0].error:
+            where = workload_frame(early[0].traceback)
+            detail = f"{early[0].error}" + (f"\n  {where}" if where else "")
+            left = len(self.pending) + len(self.in_flight) + len(early)
+            raise WorkloadBroken(
+                f"the workload is broken: the first {len(early)} trials, the FP32 baseline among them, "
+                "all failed with the same exception (fix it and run again, or pass --keep-going)",
+                self.committed,
+                left,
+                detail,
+            )
+
+    # the loop -------------------------------------------------------------
+    def run(self, watch: ClusterWatch) -> None:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        for slot in self.slots:
+            self._start_actor(slot)
+        try:
+            while self.in_flight or (self.pending and self.probes):
+                problem = watch.problem()
+                if problem:
+                    raise ClusterLost(problem, self.committed, len(self.pending) + len(self.in_flight))
+                self.heartbeat([config.trial_id for _, config in self.in_flight.values()])
+                self.bar.set_running(len(self.in_flight))
+                waiting = [*self.in_flight, *self.probes]
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=_TICK_S)
+                if not ready:
+                    self._check_no_actor()
+                    continue
+                ref = ready[0]
+                if ref in self.probes:
+                    slot = self.probes.pop(ref)
+                    try:
+                        ray.get(ref)
+                    except (RayActorError, RayTaskError) as exc:
+                        self._actor_died(slot, exc)
+                        continue
+                    slot.ready = True
+                    self._last_live = time.monotonic()
+                    self._dispatch(slot)
+                    continue
+                slot, config = self.in_flight.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except RayActorError as exc:
+                    if self.attempts[config.trial_id] >= self.options.failure.max_attempts:
+                        limit = self.options.failure.max_attempts
+                        self._finish(
+                            self._failed(
+                                config, slot, f"WorkerDied: the worker died {limit} times running this trial"
+                            )
+                        )
+                    else:
+                        self.pending.appendleft(config)
+                        self.bar.retry()
+                    self._actor_died(slot, exc)
+                    continue
+                except RayTaskError as exc:  # the trial code is guarded; this is serialization etc.
+                    text = str(exc).strip()
+                    self._finish(
+                        self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
+                    )
+                else:
+                    slot.deaths = 0
+                    self._finish(result)
+                self._last_live = time.monotonic()
+                self._dispatch(slot)
+        except KeyboardInterrupt:
+            raise Interrupted(
+                "interrupted", self.committed, len(self.pending) + len(self.in_flight)
+            ) from None
+        finally:
+            for slot in self.probes.values():  # actors that never started (e.g. their node is gone)
+                self._give_up(slot)
+        if self._early:  # fewer trials than FAIL_FAST_TRIALS in the whole run
+            early, self._early = self._early, None
+            self._judge_early(early)
+            for held in early:
+                self._record(held)
+
+    def _actor_died(self, slot: Slot, exc: BaseException) -> None:
+        slot.deaths += 1
+        slot.ready = False
+        if slot.deaths >= self.options.failure.max_slot_deaths:
+            text = str(exc).strip()
+            self.last_error = text.splitlines()[0] if text else repr(exc)
+            self._give_up(slot)
+            return
+        self._start_actor(slot)
+
+    def _check_no_actor(self) -> None:
+        if any(s.ready and not s.gone for s in self.slots) or self.in_flight:
+            self._last_live = time.monotonic()
+            return
+        if time.monotonic() - self._last_live > NO_ACTOR_TIMEOUT_S:
+            for slot in list(self.probes.values()):
+                self._give_up(slot)
+            self.probes.clear()

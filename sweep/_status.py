@@ -1,0 +1,88 @@
+"""``ampsweep status DIR``: how far a sweep is, read from its folder alone.
+
+Works on a running sweep's folder, a pulled copy or any ``pyarrow.fs`` URI:
+committed rows give completed/diverged/failed per device kind, ``plan.json``
+gives what was expected, and the driver's lock (when its heartbeat is fresh)
+gives what is running now. No Ray, no MindSpore.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ampsweep_contracts import PLAN_FILE, decode_plan, trial_row_path
+
+from ._lock import STALE_AFTER_S, read_lock
+from ._store import SweepStore
+
+_OUTCOMES = ("completed", "diverged", "failed")
+
+
+@dataclass
+class SweepStatus:
+    name: str
+    planned: int | None  # None without a plan file (a sweep written by an older ampsweep)
+    by_kind: dict[str, Counter[str]] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+    driver: str | None = None  # "pid 12 on host, started ...", when a driver is alive
+
+    @property
+    def committed(self) -> int:
+        return sum(sum(c.values()) for c in self.by_kind.values())
+
+    @property
+    def missing(self) -> int | None:
+        if self.planned is None:
+            return None
+        return max(self.planned - self.committed, 0)
+
+    def lines(self) -> list[str]:
+        total: Counter[str] = Counter()
+        for counts in self.by_kind.values():
+            total.update(counts)
+        planned = "?" if self.planned is None else str(self.planned)
+        missing = "?" if self.missing is None else str(self.missing)
+        head = (
+            f"{self.name}: {planned} planned · "
+            + " · ".join(f"{o} {total[o]}" for o in _OUTCOMES)
+            + f" · missing {missing} · running {len(self.running)}"
+        )
+        rows = [head]
+        for kind, counts in sorted(self.by_kind.items()):
+            rows.append(f"  {kind or '?'}: " + " · ".join(f"{o} {counts[o]}" for o in _OUTCOMES))
+        if self.driver:
+            rows.append(f"  driver: {self.driver}")
+        for trial_id in self.unreadable:
+            rows.append(f"  unreadable: {trial_id} (reported by `report`, run again by `run`)")
+        return rows
+
+
+def sweep_status(location: str) -> SweepStatus:
+    """Count a sweep folder's trials; ``FileNotFoundError`` when it is not a sweep folder."""
+    store = SweepStore.at(location)
+    if not store.exists("trials") and not store.exists(PLAN_FILE):
+        raise FileNotFoundError(f"{location} holds no trials/ folder and no {PLAN_FILE}")
+    plan_text = store.read_text(PLAN_FILE)
+    planned = len(decode_plan(plan_text)) if plan_text else None
+    status = SweepStatus(name=store.name, planned=planned)
+    for trial_id in sorted(store.committed()):
+        try:
+            row = pq.read_table(
+                store.path(trial_row_path(trial_id)), columns=["outcome", "device_kind"], filesystem=store.fs
+            )
+        except (OSError, pa.ArrowException):
+            status.unreadable.append(trial_id)
+            continue
+        kind = row.column("device_kind")[0].as_py() or ""
+        status.by_kind.setdefault(kind, Counter())[row.column("outcome")[0].as_py()] += 1
+    lock = read_lock(store)
+    if lock is not None and time.time() - lock.heartbeat < STALE_AFTER_S:
+        status.running = list(lock.running)
+        status.driver = lock.describe()
+    return status
