@@ -305,13 +305,25 @@ class Placement:
     phrase: str
 
 
-def _pair(crit: Criterion, row: Row, above: Row) -> str:
-    text = f"{crit.show(row)} vs {crit.show(above)}"
-    if crit.noisy:
-        mine, theirs = crit.seed_range(row), crit.seed_range(above)
-        if mine or theirs:
-            text += f"; seeds {mine or crit.show(row)} vs {theirs or crit.show(above)}"
-    return text
+def _pair(crit: Criterion, row: Row, above: Row) -> tuple[str, str]:
+    """'82 vs 96' and, for a score measured per seed, 'seeds 70-190 vs 65-101'."""
+    core = f"{crit.show(row)} vs {crit.show(above)}"
+    if not crit.noisy:
+        return core, ""
+    mine, theirs = crit.seed_range(row), crit.seed_range(above)
+    if not (mine or theirs):
+        return core, ""
+    return core, f"seeds {mine or crit.show(row)} vs {theirs or crit.show(above)}"
+
+
+def _tied_text(crit: Criterion, row: Row, above: Row) -> str:
+    core, seeds = _pair(crit, row, above)
+    return f"{crit.label} ({core}, {seeds})" if seeds else f"{crit.label} ({core})"
+
+
+def _decided_text(crit: Criterion, row: Row, above: Row) -> str:
+    core, seeds = _pair(crit, row, above)
+    return f"{crit.label}: {core} ({seeds})" if seeds else f"{crit.label}: {core}"
 
 
 def placement(
@@ -330,7 +342,7 @@ def placement(
     parts = []
     if tied_on:
         parts.append(
-            f"tied with #{above_rank} on " + ", ".join(f"{c.label} ({_pair(c, row, above)})" for c in tied_on)
+            f"tied with #{above_rank} on " + " and ".join(_tied_text(c, row, above) for c in tied_on)
         )
     scores_tied = decided.name in ("n_black_listed", "config_id")
     if decided.name == "config_id":
@@ -339,9 +351,9 @@ def placement(
         if decided.name == "n_black_listed" and not tied_on:
             parts.append(f"tied with #{above_rank} on every score")
         where = "below it" if parts else f"below #{above_rank}"
-        parts.append(f"{where} on {decided.label}: {_pair(decided, row, above)}")
+        parts.append(f"{where} on {_decided_text(decided, row, above)}")
     for crit in not_deciding:
-        parts.append(f"{crit.label} {_pair(crit, row, above)} does not decide on CPU")
+        parts.append(f"{crit.label} {_pair(crit, row, above)[0]} (measured on CPU: shown, never decides)")
     return Placement(decided.name, tuple(c.name for c in tied_on), scores_tied, "; ".join(parts))
 
 

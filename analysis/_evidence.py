@@ -139,8 +139,7 @@ def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] |
         tied = ", ".join(BY_NAME[n].label for n in str(other["tied_on"]).split(", ") if n) or "every score"
         undecided.append(
             f"#{int(best['rank'])} and #{int(other['rank'])} ({other['config_id']}) are tied within seed noise "
-            f"on {tied}; #{int(best['rank'])} ranks first on {BY_NAME[other['decided_by']].label} "
-            f"({other['phrase']})"
+            f"on {tied}; #{int(best['rank'])} ranks first on {BY_NAME[other['decided_by']].label}"
         )
     facts = {
         **row_facts(other),

@@ -7,8 +7,13 @@ from ._text import Bullets, Code, Figure, Paragraph, Section, Table, report_sect
 
 
 def _md(value: object) -> str:
-    """A table cell or inline text: pipes and newlines would break the Markdown table."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """Inline text on one line (a newline would end the list item or paragraph)."""
+    return str(value).replace("\n", " ")
+
+
+def _cell(value: object) -> str:
+    """A table cell: a pipe would also end the cell."""
+    return _md(value).replace("|", "\\|")
 
 
 def _paragraph(block: Paragraph) -> list[str]:
@@ -17,8 +22,8 @@ def _paragraph(block: Paragraph) -> list[str]:
 
 
 def _table(block: Table) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in block.headers) + " |", "|" + "---|" * len(block.headers)]
-    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in block.rows]
+    lines = ["| " + " | ".join(_cell(h) for h in block.headers) + " |", "|" + "---|" * len(block.headers)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in block.rows]
     return lines + [""]
 
 
