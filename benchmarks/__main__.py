@@ -20,6 +20,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from ._common import child_env
 from ._machine import load_average, machine_markdown, now_utc
 
 HERE = Path(__file__).resolve().parent
@@ -44,10 +45,14 @@ def _normalise(name: str, known: list[str]) -> str:
     raise SystemExit(f"benchmarks: unknown benchmark {name!r}; known: {', '.join(known) or 'none'}")
 
 
-def _run_child(name: str, out_file: Path) -> None:
-    """Child-process body: import one module, run it, write its section to ``out_file``."""
+def _run_child(name: str, out_file: Path, tiny: bool = False) -> None:
+    """Child-process body: import one module, run it, write its section to ``out_file``.
+
+    ``tiny`` runs the module's smoke-test size (``run(tiny=True)``), which the
+    test suite uses so a benchmark cannot rot; those figures mean nothing.
+    """
     module = importlib.import_module(f"benchmarks.{name}")
-    section = module.run()
+    section = module.run(tiny=True) if tiny else module.run()
     if not isinstance(section, str) or not section.strip():
         raise TypeError(f"benchmarks.{name}.run() must return a non-empty Markdown string")
     out_file.write_text(section.strip() + "\n")
@@ -63,7 +68,10 @@ def run_isolated(name: str) -> tuple[str, float, bool]:
         command = [sys.executable, "-m", "benchmarks", "--child", name, str(out_file)]
         tail: deque[str] = deque(maxlen=15)
         print(f"== {name}", file=sys.stderr, flush=True)
-        with subprocess.Popen(command, cwd=HERE.parent, stderr=subprocess.PIPE, text=True) as child:
+        # child_env puts this checkout first on PYTHONPATH, so Ray's worker processes import it too
+        with subprocess.Popen(
+            command, cwd=HERE.parent, env=child_env(), stderr=subprocess.PIPE, text=True
+        ) as child:
             assert child.stderr is not None
             for line in child.stderr:  # echo progress live, keep the end for the report
                 sys.stderr.write(line)
@@ -118,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all), e.g. bench_capture")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--child", nargs=2, metavar=("NAME", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # with --child: smoke size
     args = parser.parse_args(argv)
     if args.child:
-        _run_child(args.child[0], Path(args.child[1]))
+        _run_child(args.child[0], Path(args.child[1]), tiny=args.tiny)
         return 0
     known = discover()
     if args.list:

@@ -34,52 +34,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ampsweep_contracts import STEPS_SCHEMA, TRIALS_SCHEMA, part_path, trial_row_path
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0
 TARGET_RSS_GIB = 2.0
 
-TRIAL_SCHEMA = pa.schema(
-    [
-        ("trial_id", pa.string()),
-        ("sweep", pa.string()),
-        ("workload", pa.string()),
-        ("graph_id", pa.string()),
-        ("amp_level", pa.string()),
-        ("black_list", pa.list_(pa.string())),
-        ("clip", pa.float64()),
-        ("loss_scale", pa.string()),
-        ("dtype", pa.string()),
-        ("seed", pa.int64()),
-        ("steps", pa.int64()),
-        ("outcome", pa.string()),
-        ("steps_run", pa.int64()),
-        ("first_nonfinite_step", pa.int64()),
-        ("final_loss", pa.float64()),
-        ("target_loss", pa.float64()),
-        ("equivalent_to", pa.string()),
-        ("error", pa.string()),
-        ("traceback", pa.string()),
-        ("wall_s", pa.float64()),
-        ("compile_s", pa.float64()),
-        ("device_kind", pa.string()),
-        ("node", pa.string()),
-        ("device_id", pa.string()),
-        ("worker_index", pa.int64()),
-        ("finished_at", pa.timestamp("ms", tz="UTC")),
-    ]
-)
-STEP_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()),
-        ("loss", pa.float64()),
-        ("grad_norm", pa.float64()),
-        ("clipped", pa.bool_()),
-        ("nonfinite", pa.bool_()),
-        ("skipped", pa.bool_()),
-        ("loss_scale", pa.float64()),
-        ("step_ms", pa.float64()),
-    ]
-)
+#: The store's own schemas (``ampsweep_contracts`` owns them; nothing here restates a column).
+TRIAL_SCHEMA = TRIALS_SCHEMA
+STEP_SCHEMA = STEPS_SCHEMA
 
 LEVELS = ("O0", "O1", "O2", "O3")
 BLACK_LISTS = ((), ("LayerNorm",), ("LayerNorm", "Softmax"))
@@ -111,8 +74,7 @@ def _steps_table(rng: np.random.Generator, n: int, clip: float | None, diverge_a
         grad[diverge_at:] = np.inf
     nonfinite = ~np.isfinite(loss) | ~np.isfinite(grad)
     clipped = np.zeros(n, bool) if clip is None else (grad > clip) & ~nonfinite
-    return pa.table(
-        {
+    columns = {
             "step": steps,
             "loss": loss,
             "grad_norm": grad,
@@ -121,13 +83,16 @@ def _steps_table(rng: np.random.Generator, n: int, clip: float | None, diverge_a
             "skipped": np.zeros(n, bool),
             "loss_scale": np.ones(n),
             "step_ms": 10.0 + rng.gamma(2.0, 0.5, n),
-        },
-        schema=STEP_SCHEMA,
-    )
+    }
+    missing = [name for name in STEP_SCHEMA.names if name not in columns]
+    if missing:  # a column the contract gained since: null, so the table still matches it
+        columns.update({name: pa.nulls(n, STEP_SCHEMA.field(name).type) for name in missing})
+    return pa.table({name: columns[name] for name in STEP_SCHEMA.names}, schema=STEP_SCHEMA)
 
 
 def _trial_row(i: int, cfg: dict, steps: int, outcome: str, first_bad: int | None) -> dict:
-    return {
+    """One trials row with every column of the contract; columns not set here are null."""
+    known = {
         "trial_id": f"t{i:07d}",
         "sweep": "bench",
         "workload": "bench:make",
@@ -153,8 +118,13 @@ def _trial_row(i: int, cfg: dict, steps: int, outcome: str, first_bad: int | Non
         "node": "n0",
         "device_id": "0",
         "worker_index": 0,
+        "loss_placement": "inside",
+        "attempts": 1,
+        "mindspore_version": "2.10.0",
+        "device_target": "GPU",
         "finished_at": None,
     }
+    return {name: known.get(name) for name in TRIAL_SCHEMA.names}
 
 
 def write_sweep(root: Path, n_trials: int, steps: int, distinct_files: int | None = None) -> int:
@@ -175,9 +145,8 @@ def write_sweep(root: Path, n_trials: int, steps: int, distinct_files: int | Non
         n_rows = steps if first_bad is None else first_bad + 10
         row = _trial_row(i, cfg, steps, "diverged" if diverges else "completed", first_bad)
         rows.append(row)
-        part = root / "steps" / f"trial_id={row['trial_id']}"
-        part.mkdir(parents=True)
-        target = part / "part-0.parquet"
+        target = root / part_path("steps", row["trial_id"])
+        target.parent.mkdir(parents=True)
         key = (diverges, cfg["clip"], i % distinct_files) if distinct_files else None
         if key is not None and key in pool:
             try:
@@ -191,7 +160,7 @@ def write_sweep(root: Path, n_trials: int, steps: int, distinct_files: int | Non
         total += n_rows
     for row in rows:
         pq.write_table(
-            pa.Table.from_pylist([row], schema=TRIAL_SCHEMA), root / "trials" / f"{row['trial_id']}.parquet"
+            pa.Table.from_pylist([row], schema=TRIAL_SCHEMA), root / trial_row_path(row["trial_id"])
         )
     return total
 
@@ -253,16 +222,22 @@ def _case(tmp: Path, name: str, n_trials: int, steps: int, distinct: int | None,
     return case
 
 
-def run(full: bool = True) -> str:
-    """Return the markdown section; ``full=False`` skips the 100M-row case."""
+def run(full: bool = True, tiny: bool = False) -> str:
+    """Return the markdown section; ``full=False`` skips the 100M-row case.
+
+    ``tiny=True`` (the smoke test) keeps both rows but shrinks them to 20 × 500
+    and 20 × 5,000 step rows; its figures mean nothing.
+    """
     cases = []
+    ten, hundred = ((20, 500), (20, 5_000)) if tiny else ((1000, 10_000), (1000, 100_000))
     with tempfile.TemporaryDirectory(prefix="ampsweep-bench-") as tmp:
-        cases.append(_case(Path(tmp), "10M", 1000, 10_000, None, report=True))
+        cases.append(_case(Path(tmp), "10M", ten[0], ten[1], None, report=True))
         if full:
-            cases.append(_case(Path(tmp), "100M", 1000, 100_000, 4, report=False))
+            cases.append(_case(Path(tmp), "100M", hundred[0], hundred[1], 4, report=False))
     lines = [
         "## Analysis: ranking large sweeps",
         "",
+        *(["_Tiny smoke-test size (rows named 10M/100M hold far fewer rows): the figures mean nothing._", ""] if tiny else []),
         f"Target for 10M step rows: ranking (`analysis.analyze`, fresh process, imports included) in <= "
         f"{TARGET_S:g} s and <= {TARGET_RSS_GIB:g} GiB peak RSS. 100M rows: no time target, memory must stay "
         "bounded (it grows with the longest trial, not with the sweep).",

@@ -1,0 +1,80 @@
+"""A model of realistic shape: a mindcv image classifier (resnet18 by default) on synthetic images.
+
+The small built-in workloads show a float16 failure clearly but are dispatch
+bound: their step is a few milliseconds of tiny kernels. This one is what a
+vision user trains: ``mindcv.create_model(model, pretrained=False)`` (mindcv
+0.3.0, built offline, weights from the seed), MindSpore's sparse softmax cross
+entropy, momentum SGD, and batches of ``batch`` × 3 × ``image`` × ``image``
+images. It is for measuring ampsweep's cost on a real network (the capture and
+sweep benchmarks), not for a float16 failure: resnet18 trains under O2.
+
+The images are synthetic and deterministic per seed: each class has its own
+mean image (a low-frequency pattern) and every sample adds Gaussian noise, so
+the loss falls as the network learns. About 1.3 s a step at batch 8, 32×32 on
+one CPU core; the first step compiles for ~8 s.
+
+Needs the ``models`` extra: ``pip install -e '.[models]'`` (``mindcv==0.3.0``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from jobs import Workload
+
+
+def _class_means(rng: np.random.Generator, num_classes: int, image: int) -> np.ndarray:
+    """One smooth mean image per class, so the classes are learnable from the pixels."""
+    grid = np.linspace(0.0, 2.0 * np.pi, image, dtype=np.float32)
+    yy, xx = np.meshgrid(grid, grid, indexing="ij")
+    means = np.empty((num_classes, 3, image, image), np.float32)
+    for c in range(num_classes):
+        fx, fy, phase = rng.uniform(0.5, 3.0), rng.uniform(0.5, 3.0), rng.uniform(0.0, 2.0 * np.pi)
+        for channel in range(3):
+            means[c, channel] = np.sin(fx * xx + fy * yy + phase + channel)
+    return means
+
+
+def batches(
+    seed: int, batch: int, image: int, num_classes: int, noise: float = 0.5
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Endless deterministic stream of ``(images NCHW float32, labels int32)``."""
+    rng = np.random.default_rng(seed)
+    means = _class_means(rng, num_classes, image)
+    while True:
+        labels = rng.integers(0, num_classes, batch)
+        images = means[labels] + noise * rng.normal(0.0, 1.0, (batch, 3, image, image)).astype(np.float32)
+        yield images.astype(np.float32), labels.astype(np.int32)
+
+
+def make(
+    seed: int,
+    model: str = "resnet18",
+    batch: int = 8,
+    image: int = 32,
+    num_classes: int = 10,
+    learning_rate: float = 0.01,
+    momentum: float = 0.9,
+    model_args: dict[str, Any] | None = None,
+) -> Workload:
+    """The factory a spec names as ``jobs.workloads.mindcv:make``; ``model`` is any mindcv model name."""
+    try:
+        import mindcv
+    except ImportError as exc:  # the optional extra is missing
+        raise ImportError(
+            "jobs.workloads.mindcv needs mindcv: pip install -e '.[models]' (mindcv==0.3.0)"
+        ) from exc
+    from mindspore import nn
+
+    network = mindcv.create_model(
+        model, pretrained=False, num_classes=num_classes, in_channels=3, **(model_args or {})
+    )
+    return Workload(
+        network=network,
+        loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+        optimizer=lambda params: nn.Momentum(params, learning_rate=learning_rate, momentum=momentum),
+        batches=batches(seed, batch, image, num_classes),
+    )
