@@ -1,0 +1,566 @@
+"""Which Cell broke a trial: replay it in PyNative with hooks on every Cell.
+
+The compiled step only sees per-parameter gradients, and once float16 has
+produced an inf every gradient is non-finite at once, so it cannot say where
+the overflow started. A replay can: the same seed and the same batches give
+the same initial weights and the same inputs, and in PyNative each Cell's
+output (forward hook) and its gradient w.r.t. its inputs (backward hook) can
+be looked at as it is produced. See ``jobs._hooks`` for the hook semantics.
+
+Two modes, one anomalies row (or none) each:
+
+``nonfinite``
+    Replay the trial under its own policy (AMP level, black list, dtype, loss
+    scale, clip) up to the first step *of the replay* at which a forward output
+    or an input gradient is inf/NaN. The forward pass runs first, so a forward
+    culprit wins over a backward one in the same step; in forward the first
+    report is the innermost Cell (hooks fire when a Cell returns), in backward
+    the first Cell in backward order. A step whose backward overflows while the
+    forward is finite is what a *dynamic* loss scaler is for (it skips the step
+    and halves the scale): such steps are counted, not reported, unless the
+    replay ends without a forward culprit. Then the same Cell is measured at the
+    same step in an FP32 replay (O0, same seed, batches, loss scale and clip).
+
+``departure`` (silent failures: finite, but learning worse than FP32)
+    Train the trial's policy network in PyNative and, at check steps
+    (``DEPARTURE_CHECKS``), copy its weights into an FP32 (O0) twin built from
+    the same seed and run both forward on the same batch. Comparing at the
+    *same weights* isolates what precision does from where two trajectories
+    drift; comparing along the *policy's* trajectory catches a collapse that
+    only appears after some training. The first Cell in forward order that
+    departs is the culprit: every later Cell departs too, because its input
+    already does.
+
+A jitted float16 run and its PyNative replay can reach their first non-finite
+step a few steps apart (kernel fusion changes float16 rounding); the row's
+``replay_step`` is the replay's, and its note says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ampsweep_contracts import ANOMALIES_SCHEMA
+
+from ._amp import apply_amp, known_layer_types, resolve_black_list
+from ._config import TrialConfig
+from ._hooks import CellProbe, Event
+from ._workload import build_workload
+
+MODES = ("nonfinite", "departure")
+
+#: Relative L2 error ``||x - x_fp32|| / ||x_fp32||`` above which a Cell's output
+#: departs from FP32. float16 rounding gives ~6e-4 for one Dense and a few 1e-3
+#: after several layers; a broken normalization gives ~1.0. 0.1 sits two orders
+#: above the first and one below the second.
+REL_ERROR_THRESHOLD = 0.1
+#: A Cell collapses when more than this share of its output is exactly zero ...
+ZERO_FRACTION_THRESHOLD = 0.5
+#: ... while the FP32 output has at most this share of zeros (ReLU-like Cells
+#: have ~half zeros in FP32 too, and are not a collapse).
+FP32_ZERO_FRACTION_MAX = 0.1
+#: Steps at which departure mode compares the policy with FP32.
+DEPARTURE_CHECKS = (0, 1, 2, 4, 8, 16, 32)
+#: Replay this many steps past the jitted run's first non-finite step (``until_step``),
+#: because the PyNative replay may diverge a few steps later than the jitted run.
+UNTIL_MARGIN = 10
+#: With ``until_step``, steps up to this many before it run compiled, without hooks.
+UNTIL_LEAD = 5
+#: A compiled prefix only pays off past this many steps: compiling a small
+#: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
+JIT_PREFIX_MIN_STEPS = 30
+
+_EPS = 1e-6  # as in the compiled step's clipping factor
+
+
+@dataclass
+class _Finding:
+    event: Event
+    step: int
+    note: list[str]
+    rel_error: float | None = None
+    fp32_max_abs: float | None = None
+    forward: Event | None = None  # backward findings: the same Cell's forward report that step
+
+
+def _seed_everything(seed: int) -> None:
+    import mindspore as ms
+
+    ms.set_seed(seed)
+    np.random.seed(seed)
+
+
+def _batch_iter(batches: Any, steps: int) -> Iterator[tuple[Any, ...]]:
+    """The trial's batches, converted exactly as the trainer converts them."""
+    try:  # the trainer's own stream (mindspore.dataset epochs, shortfall errors)
+        from ._batches import batch_stream
+    except ImportError:  # pragma: no cover - older trainer layout
+        batch_stream = None
+    if batch_stream is not None:
+        yield from batch_stream(batches, steps)
+        return
+    import mindspore as ms
+
+    source = iter(batches)
+    for _ in range(steps):
+        batch = next(source)
+        items = batch if isinstance(batch, (tuple, list)) else (batch,)
+        yield tuple(x if isinstance(x, ms.Tensor) else ms.Tensor(np.asarray(x)) for x in items)
+
+
+def _make_scaler(loss_scale: str) -> Any:
+    from ._trainer import _make_scaler as trainer_scaler
+
+    return trainer_scaler(loss_scale)
+
+
+class _Replay:
+    """One trial rebuilt for PyNative: network, optimizer, scaler, batches and probe.
+
+    Built exactly as ``run_trial`` builds a trial (seed, then the factory, then
+    ``apply_amp`` on ``NetworkWithLoss``, then the optimizer over the cast
+    network's parameters), so the weights and batches are the trial's own.
+    """
+
+    def __init__(self, config: TrialConfig, workload_ref: str, steps: int) -> None:
+        import mindspore as ms
+        from mindspore.common import dtype as mstype
+
+        from ._loss_cell import NetworkWithLoss
+
+        _seed_everything(config.seed)
+        workload = build_workload(workload_ref, config.seed, config.workload_args)
+        known = known_layer_types([workload.network, workload.loss_fn])
+        black_list = resolve_black_list(config.black_list, known)
+        self.loss_cell = apply_amp(
+            NetworkWithLoss(workload.network, workload.loss_fn), config.amp_level, black_list, config.dtype
+        )
+        self.network = workload.network
+        self.optimizer = workload.optimizer(workload.network.trainable_params())
+        self.params = self.optimizer.parameters
+        self.scaler = _make_scaler(config.loss_scale)
+        self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
+        self.batches = _batch_iter(workload.batches, steps)
+        self.probe: CellProbe | None = None
+        self._compiled: Any = None
+        self._clip = ms.Tensor(
+            float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
+        )
+        self._one = ms.Tensor(1.0, mstype.float32)
+        scaler = self.scaler
+
+        def forward(*batch: Any) -> Any:
+            loss = self.loss_cell(*batch)
+            return scaler.scale(loss) if scaler is not None else loss
+
+        self._grad_fn = ms.value_and_grad(forward, None, self.params)
+
+    def attach(self, probe: CellProbe) -> CellProbe:
+        """Hook every Cell; only after any compiled prefix (hooks are for PyNative)."""
+        self.probe = probe.attach(self.loss_cell)
+        return probe
+
+    def jit_prefix(self, steps: int) -> int | None:
+        """Run the next ``steps`` batches with a compiled step, as the trainer would.
+
+        Skips the slow PyNative steps a replay does not need to look at (the
+        FP32 replay up to the culprit's step; the policy replay up to shortly
+        before the jitted run's first non-finite step). Returns the index of
+        the first step whose loss or gradients were non-finite, or ``None``.
+        """
+        import mindspore as ms
+        from mindspore import ops
+        from mindspore.common import dtype as mstype
+
+        if steps <= 0:
+            return None
+        if self._compiled is not None:
+            return self._run_compiled(steps)
+        scaler, optimizer, grad_fn, one = self.scaler, self.optimizer, self._grad_fn, self._one
+
+        def train_step(clip: Any, *batch: Any) -> Any:
+            loss, grads = grad_fn(*batch)
+            if scaler is not None:
+                loss = scaler.unscale(loss)
+                grads = scaler.unscale(grads)
+            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+            norm = ops.sqrt(ops.reduce_sum(flat * flat))
+            finite = ops.reduce_sum(ops.logical_not(ops.isfinite(flat)).astype(mstype.float32)) == 0
+            factor = ops.select(norm > clip, clip / (norm + _EPS), one)
+            clipped = tuple(g * factor.astype(g.dtype) for g in grads)
+            if scaler is not None:
+                if finite:
+                    loss = ops.depend(loss, optimizer(clipped))
+                loss = ops.depend(loss, scaler.adjust(finite))
+            else:
+                loss = ops.depend(loss, optimizer(clipped))
+            return ops.stack([loss.astype(mstype.float32), finite.astype(mstype.float32)])
+
+        self._compiled = ms.jit(train_step)
+        return self._run_compiled(steps)
+
+    def _run_compiled(self, steps: int) -> int | None:
+        for index in range(steps):
+            batch = next(self.batches, None)
+            if batch is None:
+                return None
+            loss, finite = self._compiled(self._clip, *batch).asnumpy()
+            if not (np.isfinite(loss) and finite > 0.5):
+                return index
+        return None
+
+    def step(self, batch: tuple[Any, ...]) -> tuple[bool, list[str]]:
+        """One training step with the compiled step's semantics.
+
+        Returns whether the gradients were finite, and the names of parameters
+        whose gradient was not (used only when no Cell hook caught the inf).
+        """
+        from mindspore import ops
+        from mindspore.common import dtype as mstype
+
+        loss, grads = self._grad_fn(*batch)
+        if self.scaler is not None:
+            loss = self.scaler.unscale(loss)
+            grads = self.scaler.unscale(grads)
+        flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+        norm = ops.sqrt(ops.reduce_sum(flat * flat))
+        finite = bool(ops.isfinite(flat).all().asnumpy())
+        bad = (
+            []
+            if finite
+            else [p.name for p, g in zip(self.params, grads) if not np.isfinite(g.asnumpy()).all()]
+        )
+        factor = ops.select(norm > self._clip, self._clip / (norm + _EPS), self._one)
+        clipped = tuple(g * factor.astype(g.dtype) for g in grads)
+        if self.scaler is not None:
+            if finite:
+                self.optimizer(clipped)
+            self.scaler.adjust(ops.isfinite(flat).all())
+        else:
+            self.optimizer(clipped)
+        return finite, bad
+
+    def forward_only(self, batch: tuple[Any, ...]) -> None:
+        self.loss_cell(*batch)
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.detach()
+
+
+def _fp32(config: TrialConfig) -> TrialConfig:
+    return dataclasses.replace(config, amp_level="O0", black_list=())
+
+
+def _parameter_owner(param_name: str, probe: CellProbe) -> str:
+    """The Cell that owns a parameter, e.g. ``fc1.weight`` -> ``fc1``."""
+    owner = param_name.rsplit(".", 1)[0] if "." in param_name else "network"
+    return owner if owner in probe.order else param_name
+
+
+def _ensure_pynative() -> Any:
+    import mindspore as ms
+
+    mode = ms.get_context("mode")
+    if mode != ms.PYNATIVE_MODE:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    return mode
+
+
+def _restore_mode(mode: Any) -> None:
+    import mindspore as ms
+
+    if ms.get_context("mode") != mode:
+        ms.set_context(mode=mode)
+
+
+def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:
+    event = finding.event
+    return {
+        "kind": kind,
+        "replay_step": finding.step,
+        "cell": event.name,
+        "cell_class": event.cell_class,
+        "phase": event.phase,
+        "input_dtype": event.input_dtype,
+        "output_dtype": event.output_dtype,
+        "max_abs": event.stats.max_abs,
+        "fp32_max_abs": finding.fp32_max_abs,
+        "rel_error": finding.rel_error,
+        "zero_fraction": zero_fraction,
+        "note": "; ".join(finding.note) if finding.note else None,
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ANOMALIES_SCHEMA)
+
+
+def _backward_culprit(probe: CellProbe, bad_params: list[str]) -> tuple[Event, list[str]] | None:
+    """The first Cell in backward order whose input gradient is non-finite.
+
+    A Cell whose inputs need no gradient (the first layer: its input is data)
+    has no input gradient to look at; when no hook caught anything but a
+    parameter's gradient is bad, the culprit is the Cell owning the bad
+    parameter that comes last in forward order (first in backward order).
+    """
+    event = probe.first_nonfinite("backward")
+    if event is not None:
+        note = []
+        if not event.incoming_finite:
+            note.append(
+                "the gradient arriving at this Cell's output was already non-finite "
+                "(a loss scale beyond the dtype's range?)"
+            )
+        return event, note
+    if not bad_params:
+        return None
+    param = max(bad_params, key=lambda n: probe.order.get(_parameter_owner(n, probe), -1))
+    owner = _parameter_owner(param, probe)
+    forward = probe.find(owner, "forward", 0)
+    if forward is None:
+        return None
+    stats = dataclasses.replace(forward.stats, finite=False)
+    event = dataclasses.replace(forward, phase="backward", stats=stats)
+    return event, [f"caught on the gradient of parameter {param!r} (this Cell's input needs no gradient)"]
+
+
+def _nonfinite(config: TrialConfig, workload_ref: str, limit: int, until_step: int | None) -> _Finding | None:
+    """Replay under the trial's policy to the first non-finite step; see the module docstring."""
+    prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
+    if prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
+        prefix = 0
+    replay = _Replay(config, workload_ref, limit)
+    early = replay.jit_prefix(prefix)
+    if early is not None:  # this compile diverged earlier than the trial's: look at every step
+        replay = _Replay(config, workload_ref, limit)
+        prefix = 0
+    probe = replay.attach(CellProbe(backward=True))
+    finding: _Finding | None = None
+    fallback: _Finding | None = None
+    skipped = 0
+    try:
+        for index, batch in enumerate(replay.batches, start=prefix):
+            probe.start()
+            finite, bad_params = replay.step(batch)
+            probe.stop()
+            forward = probe.first_nonfinite("forward")
+            if forward is not None:
+                finding = _Finding(forward, index, [])
+                break
+            backward = _backward_culprit(probe, [] if finite else bad_params)
+            if backward is None:
+                continue
+            candidate = _Finding(backward[0], index, backward[1])
+            candidate.forward = probe.find(backward[0].name, "forward", backward[0].forward_call)
+            if not replay.dynamic:
+                finding = candidate
+                break
+            # a dynamic scaler skips this step and lowers the scale: what it is for
+            fallback = fallback or candidate
+            skipped += 1
+    finally:
+        replay.close()
+    if finding is None and fallback is not None:
+        finding = fallback
+        finding.note.insert(
+            0,
+            f"only backward overflows: {skipped} step(s) skipped by the dynamic loss scaler, "
+            "the forward pass stayed finite",
+        )
+    elif finding is not None and skipped:
+        finding.note.append(
+            f"{skipped} earlier step(s) overflowed only in backward (skipped by the dynamic loss scaler)"
+        )
+    if finding is not None and prefix:
+        finding.note.append(f"steps 0-{prefix - 1} replayed compiled, without hooks (all finite)")
+    return finding
+
+
+def _fp32_twin(config: TrialConfig, workload_ref: str, finding: _Finding) -> CellProbe | None:
+    """What every Cell did at the finding's step in an FP32 replay from the same start.
+
+    Steps before it run without hooks (compiled when there are many: FP32 is
+    not what is examined, and float32 rounding differences between jit and
+    PyNative do not matter for a magnitude); the step itself runs in PyNative
+    with hooks.
+    """
+    replay = _Replay(_fp32(config), workload_ref, finding.step + 1)
+    try:
+        if finding.step >= JIT_PREFIX_MIN_STEPS:
+            if replay.jit_prefix(finding.step) is not None:
+                return None  # FP32 itself went non-finite before that step
+        else:
+            for _ in range(finding.step):
+                replay.step(next(replay.batches))
+        probe = replay.attach(CellProbe(backward=finding.event.phase == "backward"))
+        batch = next(replay.batches)
+        probe.start()
+        replay.step(batch)
+        probe.stop()
+    finally:
+        replay.close()
+    return probe
+
+
+def _compare_with_fp32(finding: _Finding, policy_forward: Event | None, fp32: CellProbe | None) -> None:
+    """Fill ``fp32_max_abs`` and add the magnitudes a user needs to see why to the note."""
+    event = finding.event
+    if fp32 is None:
+        finding.note.append("the FP32 replay went non-finite before this step")
+        return
+    twin = fp32.find(event.name, event.phase, event.call)
+    twin_forward = fp32.find(event.name, "forward", event.forward_call)
+    if twin is None and event.phase == "backward":  # caught on a parameter: its forward output
+        twin = twin_forward
+    finding.fp32_max_abs = None if twin is None else twin.stats.max_abs
+    if event.phase == "forward" and event.input_max_abs is not None and twin is not None:
+        finding.note.append(
+            f"input max |x| {event.input_max_abs:.4g} ({event.input_dtype}) vs "
+            f"{twin.input_max_abs:.4g} in FP32"
+        )
+    if event.phase == "backward" and policy_forward is not None and twin_forward is not None:
+        finding.note.append(
+            f"forward output finite at that step, max |x| {policy_forward.stats.max_abs:.4g} "
+            f"({policy_forward.output_dtype}) vs {twin_forward.stats.max_abs:.4g} in FP32"
+        )
+
+
+def _copy_weights(source: Any, target: Any) -> None:
+    """Give the FP32 twin the policy network's current weights (PyNative: ``set_data`` is enough)."""
+    import mindspore as ms
+
+    # by Parameter.name: AMP's wrappers add ``_backbone`` to the attribute path, not to the name
+    targets = {param.name: param for param in target.get_parameters()}
+    for param in source.get_parameters():
+        twin = targets[param.name]
+        twin.set_data(ms.Tensor(param.asnumpy().astype(twin.asnumpy().dtype)))
+
+
+def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
+    if policy.shape != fp32.shape:
+        return float("nan")
+    if not np.isfinite(policy).all():
+        return float("inf")
+    denominator = max(float(np.linalg.norm(fp32)), float(np.finfo(np.float32).tiny))
+    return float(np.linalg.norm(policy - fp32)) / denominator
+
+
+def _departure(config: TrialConfig, workload_ref: str, limit: int) -> tuple[_Finding, float] | None:
+    """Train the policy, compare with an FP32 twin at the same weights at each check step.
+
+    ``replay_step`` of the finding is the check step: the comparison runs on
+    that step's batch, with the weights the policy had before training on it.
+    """
+    checks = [s for s in DEPARTURE_CHECKS if s < limit]
+    if not checks:
+        return None
+    policy = _Replay(config, workload_ref, limit)
+    fp32 = _Replay(_fp32(config), workload_ref, 0)
+    policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
+    fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
+    try:
+        for index, batch in enumerate(policy.batches):
+            if index in checks:
+                _copy_weights(policy.network, fp32.network)
+                for probe, replay in ((policy_probe, policy), (fp32_probe, fp32)):
+                    probe.start()
+                    replay.forward_only(batch)
+                    probe.stop()
+                found = _first_departure(policy_probe, fp32_probe, index)
+                if found is not None:
+                    return found
+            if index >= checks[-1]:
+                break
+            finite, _ = policy.step(batch)
+            if not finite and policy.scaler is None:
+                return None  # not a silent failure: nonfinite mode is the one to ask
+    finally:
+        policy.close()
+        fp32.close()
+    return None
+
+
+def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[_Finding, float] | None:
+    for event in policy.forward_events():
+        twin = fp32.find(event.name, "forward", event.call)
+        if twin is None or event.array is None or twin.array is None:
+            continue
+        rel = _rel_error(event.array, twin.array)
+        collapsed = (
+            event.stats.zero_fraction > ZERO_FRACTION_THRESHOLD
+            and twin.stats.zero_fraction <= FP32_ZERO_FRACTION_MAX
+        )
+        if rel > REL_ERROR_THRESHOLD or collapsed:
+            why = f"relative error {rel:.3g} > {REL_ERROR_THRESHOLD:g}" if rel > REL_ERROR_THRESHOLD else ""
+            if collapsed:
+                why = (why + "; " if why else "") + (
+                    f"{event.stats.zero_fraction:.0%} exact zeros where FP32 has "
+                    f"{twin.stats.zero_fraction:.0%}"
+                )
+            note = [f"first Cell in forward order whose output departs from FP32 at the same weights: {why}"]
+            finding = _Finding(event, step, note, rel_error=rel, fp32_max_abs=twin.stats.max_abs)
+            return finding, event.stats.zero_fraction
+    return None
+
+
+def localize(
+    config: TrialConfig,
+    workload_ref: str,
+    *,
+    mode: str,
+    device_target: str = "CPU",
+    max_steps: int | None = None,
+    until_step: int | None = None,
+) -> pa.Table:
+    """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
+
+    ``mode="nonfinite"`` for a trial that went inf/NaN (or skipped steps for
+    overflow), ``mode="departure"`` for one that stayed finite but learned
+    clearly worse than FP32. ``until_step`` is the jitted run's first
+    non-finite step, if known: the replay then stops ``UNTIL_MARGIN`` steps
+    after it instead of running the whole trial. ``max_steps`` caps the replay
+    (default: ``config.steps``; departure: the last of ``DEPARTURE_CHECKS``
+    that fits). ``device_target`` only goes into the note: the caller (the
+    actor) has already selected the device; no backend-specific tool is used.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    started = time.perf_counter()
+    previous = _ensure_pynative()
+    try:
+        if mode == "nonfinite":
+            limit = config.steps if max_steps is None else min(max_steps, config.steps)
+            if until_step is not None:
+                limit = min(limit, until_step + 1 + UNTIL_MARGIN)
+            finding = _nonfinite(config, workload_ref, limit, until_step)
+            if finding is None:
+                return _table([])
+            _compare_with_fp32(finding, finding.forward, _fp32_twin(config, workload_ref, finding))
+            if config.amp_level != "O0":
+                finding.note.append(
+                    "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "
+                    "apart (fusion changes rounding)"
+                )
+            zero_fraction = finding.event.stats.zero_fraction
+        else:
+            limit = DEPARTURE_CHECKS[-1] + 1 if max_steps is None else max_steps
+            limit = min(limit, config.steps)
+            found = _departure(config, workload_ref, limit)
+            if found is None:
+                return _table([])
+            finding, zero_fraction = found
+        finding.note.append(f"replayed on {device_target} in {time.perf_counter() - started:.1f} s")
+        return _table([_row(mode, finding, zero_fraction)])
+    finally:
+        _restore_mode(previous)
+
+
+__all__ = ["localize", "MODES", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]
