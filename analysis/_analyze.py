@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ._anomalies import read_anomalies
-from ._configs import config_scores
+from ._configs import CONFIG_KEYS, config_scores
 from ._criteria import RankContext
 from ._evidence import kind_recommendation
 from ._load import inventory, load_trials, resolve
@@ -26,13 +26,7 @@ CPU_KIND = "cpu"
 TOP_COLUMNS = (
     "rank",
     "stability",
-    "amp_level",
-    "black_list_key",
-    "clip",
-    "loss_scale",
-    "dtype",
-    "device_kind",
-    "loss_placement",
+    *CONFIG_KEYS,
     "n_seeds",
     "divergence_rate",
     "clip_rate_median",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ._anomalies import localizations_phrase
+from ._configs import CONFIG_KEYS
 
 #: Columns of ``ranking.csv``, in order: identity, verdict, evidence, placement, rule.
 RANKING_COLUMNS = (
@@ -12,13 +13,7 @@ RANKING_COLUMNS = (
     "recommended",
     "baseline",
     "stability",
-    "amp_level",
-    "black_list_key",
-    "clip",
-    "loss_scale",
-    "dtype",
-    "device_kind",
-    "loss_placement",
+    *CONFIG_KEYS,
     "n_seeds",
     "n_trials",
     "n_completed",
