@@ -10,7 +10,16 @@ without importing ``sweep`` or ``jobs``.
 
 from __future__ import annotations
 
-from ._formulas import FINAL_FRACTION, final_loss, final_loss_rows, first_nonfinite_step
+from ._formulas import (
+    FINAL_FRACTION,
+    SILENT_LOSS_FACTOR,
+    SILENT_LOSS_MARGIN,
+    final_loss,
+    final_loss_rows,
+    first_nonfinite_step,
+    learns_clearly_worse,
+    silent_loss_limit,
+)
 from ._layout import (
     LOCK_FILE,
     PART_FILE,
@@ -29,9 +38,25 @@ from ._layout import (
 from ._loss_scale import LOSS_SCALE_ALLOWED, LossScale, parse_loss_scale
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, parse_reference
+from ._search import (
+    CONFIRM_FOLDER,
+    SEARCH_FILE,
+    SearchFamily,
+    SearchLog,
+    SearchRound,
+    decode_search,
+    encode_search,
+)
 from ._tables import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TABLE_SCHEMAS, TRIALS_SCHEMA
 
 __all__ = [
+    "CONFIRM_FOLDER",
+    "SEARCH_FILE",
+    "SearchFamily",
+    "SearchLog",
+    "SearchRound",
+    "decode_search",
+    "encode_search",
     "ANOMALIES_SCHEMA",
     "FINAL_FRACTION",
     "LAYERS_SCHEMA",
@@ -41,6 +66,8 @@ __all__ = [
     "PER_TRIAL_TABLES",
     "PLAN_FILE",
     "REFERENCE_FORM",
+    "SILENT_LOSS_FACTOR",
+    "SILENT_LOSS_MARGIN",
     "SPEC_FILE",
     "STEPS_SCHEMA",
     "TABLE_SCHEMAS",
@@ -57,6 +84,8 @@ __all__ = [
     "final_loss_rows",
     "first_nonfinite_step",
     "is_committed_name",
+    "learns_clearly_worse",
+    "silent_loss_limit",
     "is_data_file",
     "parse_loss_scale",
     "parse_reference",

@@ -30,3 +30,22 @@ def first_nonfinite_step(loss: np.ndarray) -> int | None:
     """Index of the first step whose *loss* was inf/NaN (gradients do not count)."""
     bad = np.flatnonzero(~np.isfinite(np.asarray(loss, dtype=np.float64)))
     return int(bad[0]) if len(bad) else None
+
+
+#: A finite trial "learns clearly worse than FP32" (a silent float16 failure) when its
+#: final loss exceeds ``SILENT_LOSS_FACTOR * fp32 + SILENT_LOSS_MARGIN``: a loss stuck
+#: near chance while FP32 converges, not the few percent two healthy runs differ by.
+SILENT_LOSS_FACTOR = 2.0
+SILENT_LOSS_MARGIN = 0.1
+
+
+def silent_loss_limit(fp32_final_loss: float) -> float:
+    """The final loss above which a finite trial counts as a silent failure."""
+    return SILENT_LOSS_FACTOR * fp32_final_loss + SILENT_LOSS_MARGIN
+
+
+def learns_clearly_worse(final: float | None, fp32_final_loss: float | None) -> bool:
+    """Whether a finite trial failed silently against its FP32 baseline (same seed)."""
+    if final is None or fp32_final_loss is None or not np.isfinite(fp32_final_loss):
+        return False
+    return bool(final > silent_loss_limit(fp32_final_loss))

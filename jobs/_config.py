@@ -58,6 +58,8 @@ class TrialConfig:
     layer_every: int = 50
     #: ``inside``: the loss cell is cast with the network (a cast ``WithLossCell``)
     loss_placement: str = "inside"
+    #: replay a trial that broke to name the Cell that did (costs seconds per broken trial)
+    localize: bool = True
 
     def canonical(self) -> dict[str, Any]:
         data = asdict(self)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +49,11 @@ import pyarrow as pa
 from ampsweep_contracts import ANOMALIES_SCHEMA
 
 from ._amp import apply_amp, known_layer_types, resolve_black_list
+from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
+from ._trainer import _make_scaler as make_scaler
+from ._trainer import seed_everything
 from ._workload import build_workload
 
 MODES = ("nonfinite", "departure")
@@ -90,37 +92,6 @@ class _Finding:
     forward: Event | None = None  # backward findings: the same Cell's forward report that step
 
 
-def _seed_everything(seed: int) -> None:
-    import mindspore as ms
-
-    ms.set_seed(seed)
-    np.random.seed(seed)
-
-
-def _batch_iter(batches: Any, steps: int) -> Iterator[tuple[Any, ...]]:
-    """The trial's batches, converted exactly as the trainer converts them."""
-    try:  # the trainer's own stream (mindspore.dataset epochs, shortfall errors)
-        from ._batches import batch_stream
-    except ImportError:  # pragma: no cover - older trainer layout
-        batch_stream = None
-    if batch_stream is not None:
-        yield from batch_stream(batches, steps)
-        return
-    import mindspore as ms
-
-    source = iter(batches)
-    for _ in range(steps):
-        batch = next(source)
-        items = batch if isinstance(batch, (tuple, list)) else (batch,)
-        yield tuple(x if isinstance(x, ms.Tensor) else ms.Tensor(np.asarray(x)) for x in items)
-
-
-def _make_scaler(loss_scale: str) -> Any:
-    from ._trainer import _make_scaler as trainer_scaler
-
-    return trainer_scaler(loss_scale)
-
-
 class _Replay:
     """One trial rebuilt for PyNative: network, optimizer, scaler, batches and probe.
 
@@ -135,7 +106,7 @@ class _Replay:
 
         from ._loss_cell import NetworkWithLoss
 
-        _seed_everything(config.seed)
+        seed_everything(config.seed)
         workload = build_workload(workload_ref, config.seed, config.workload_args)
         known = known_layer_types([workload.network, workload.loss_fn])
         black_list = resolve_black_list(config.black_list, known)
@@ -145,9 +116,9 @@ class _Replay:
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
         self.params = self.optimizer.parameters
-        self.scaler = _make_scaler(config.loss_scale)
+        self.scaler = make_scaler(config.loss_scale)
         self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
-        self.batches = _batch_iter(workload.batches, steps)
+        self.batches = batch_stream(workload.batches, steps)
         self.probe: CellProbe | None = None
         self._compiled: Any = None
         self._clip = ms.Tensor(

@@ -56,13 +56,25 @@ class TrialWorker:
     def info(self) -> dict[str, Any]:
         return {**vars(self.placement), "pid": os.getpid()}
 
-    def run(self, config: TrialConfig, workload_ref: str) -> TrialResult:
+    def run(
+        self, config: TrialConfig, workload_ref: str, fp32_final_loss: float | None = None
+    ) -> TrialResult:
+        """Train one trial; then, if it broke, replay it to name the Cell that did.
+
+        ``fp32_final_loss`` is the final loss of the FP32 baseline with the
+        same seed, when the driver has it: it tells a silent failure (finite,
+        but far worse than FP32) from a healthy trial.
+        """
+        from ._diagnose import diagnose
         from ._trainer import run_trial
 
         reference = parse_reference(workload_ref)
         if reference.is_file and not os.path.isabs(reference.module):
             workload_ref = str(reference.with_module(os.path.join(self.home, reference.module)))
-        return run_trial(config, workload_ref, self.placement, self.graphs)
+        result = run_trial(config, workload_ref, self.placement, self.graphs)
+        if config.localize:
+            result.anomalies = diagnose(result, workload_ref, fp32_final_loss)
+        return result
 
 
 def _node_id() -> str:

@@ -95,5 +95,10 @@ class Sweep:
         config = replace(config or RunConfig(), **overrides)
         if config.failure is None:
             config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
-        done = run_sweep(self.plan(), self.resolved_yaml(), str(out), config)
+        if self.spec.search == "adaptive":
+            from ._search import AdaptiveSearch
+
+            done = AdaptiveSearch(self, str(out), config).run()
+        else:
+            done = run_sweep(self.plan(), self.resolved_yaml(), str(out), config)
         return SweepResult(done.root, done.total, done.skipped, done.ran, dict(done.outcomes))

@@ -20,6 +20,7 @@ from typing import Any
 
 from jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
 
+from ._baselines import Baselines
 from ._config import FailurePolicy
 from ._errors import ClusterLost, Interrupted, WorkloadBroken
 from ._health import ClusterWatch
@@ -57,11 +58,9 @@ class DispatchOptions:
 
 
 def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
-    """The first FP32 (O0) trial moves to the front, so a broken workload shows on the baseline first."""
-    for position, trial in enumerate(trials):
-        if trial.amp_level == "O0":
-            return [trial, *trials[:position], *trials[position + 1 :]]
-    return list(trials)
+    """FP32 (O0) trials first: a broken workload shows on the baseline at once, and each
+    mixed-precision trial can be judged against its seed's FP32 final loss."""
+    return sorted(trials, key=lambda trial: trial.amp_level != "O0")
 
 
 def workload_frame(traceback_text: str | None) -> str:
@@ -90,7 +89,9 @@ class Dispatcher:
         bar: SweepProgress,
         heartbeat: Callable[[list[str]], None],
         committed_before: int,
+        baselines: Baselines,
     ) -> None:
+        self.baselines = baselines
         self.slots = slots
         self.pending: deque[TrialConfig] = deque(baseline_first(pending))
         self.options = options
@@ -138,7 +139,8 @@ class Dispatcher:
             return
         config = self._take_for(slot)
         self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
-        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref)] = (slot, config)
+        hint = self.baselines.for_trial(config) if config.amp_level != "O0" else None
+        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref, hint)] = (slot, config)
 
     def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
         setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
@@ -162,6 +164,7 @@ class Dispatcher:
 
     def _record(self, result: TrialResult) -> None:
         self._commit(result, self.attempts.get(result.trial_id, 1))
+        self.baselines.add(result.config, result.final_loss)
         self.committed += 1
         self.bar.finished(Outcome(result.outcome).value)
 

@@ -23,6 +23,7 @@ def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
             steps=spec.steps,
             abort_after=spec.abort_after,
             layer_every=spec.layer_every,
+            localize=spec.localize,
             amp_level=level,
             black_list=tuple(dict.fromkeys(black)),
             clip=None if clip is None else float(clip),

@@ -145,7 +145,8 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
 
         options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
         with SweepProgress(len(plan), result.skipped, run.progress) as bar:
-            dispatcher = Dispatcher(slots, pending, options, commit, bar, lock.beat, len(done))
+            baselines = store.baselines(plan.trials, done)
+            dispatcher = Dispatcher(slots, pending, options, commit, bar, lock.beat, len(done), baselines)
             dispatcher.run(ClusterWatch(_own_node()))
     finally:
         lock.release()

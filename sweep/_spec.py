@@ -73,6 +73,19 @@ class Grid(BaseModel):
         return values
 
 
+class Confirm(BaseModel):
+    """The confirmation round of ``search: adaptive``: the top configurations again, on more seeds, longer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: seeds added to the grid's seeds (a divergence hitting one run in four needs more than three)
+    seeds: int = Field(default=3, ge=0)
+    #: the confirmation trains this many times the sweep's ``steps`` (a late divergence)
+    steps_factor: int = Field(default=3, ge=1)
+    #: how many of the best configurations on the minimal black list are confirmed
+    top: int = Field(default=1, ge=1)
+
+
 class SweepSpec(BaseModel):
     """A whole sweep file."""
 
@@ -86,8 +99,15 @@ class SweepSpec(BaseModel):
     #: workers one trial may kill (SIGKILL, OOM) before it is recorded ``failed``
     max_attempts: int = Field(default=3, gt=0)
     layer_every: int = Field(default=50, gt=0)
+    #: replay each broken trial to name the Cell that produced inf/NaN (or departed from FP32)
+    localize: bool = True
     grid: Grid = Field(default_factory=Grid)
     devices: str | list[str] = "auto"
+    #: ``grid`` runs every point; ``adaptive`` finds the minimal black list itself
+    search: Literal["grid", "adaptive"] = "grid"
+    #: ``adaptive``: at most this many classes are added to the black list
+    search_rounds: int = Field(default=6, gt=0)
+    confirm: Confirm = Field(default_factory=Confirm)
 
     @field_validator("name")
     @classmethod
@@ -157,9 +177,30 @@ def parse_spec(data: Any) -> SweepSpec:
     if not isinstance(data, dict):
         raise SpecError("spec", data, "the file must be a YAML mapping with name, workload, steps and grid")
     try:
-        return SweepSpec.model_validate(data)
+        spec = SweepSpec.model_validate(data)
     except ValidationError as exc:
         raise validation_error_to_spec_error(exc) from None
+    _check_search(spec)
+    return spec
+
+
+def _check_search(spec: SweepSpec) -> None:
+    """What ``search: adaptive`` needs of the grid."""
+    if spec.search != "adaptive":
+        return
+    if spec.grid.black_list != [[]]:
+        raise SpecError(
+            "grid.black_list",
+            spec.grid.black_list,
+            "search: adaptive finds the black list itself; leave grid.black_list out "
+            "(or use search: grid to test the lists you wrote)",
+        )
+    if all(level == "O0" for level in spec.grid.amp_level):
+        raise SpecError(
+            "grid.amp_level",
+            spec.grid.amp_level,
+            "search: adaptive needs a mixed-precision level (O1, O2 or O3)",
+        )
 
 
 def read_spec(path: str | Path) -> SweepSpec:

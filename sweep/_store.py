@@ -18,7 +18,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ampsweep_contracts import PER_TRIAL_TABLES, committed_ids, part_path, trial_folder, trial_row_path
-from jobs import TrialResult
+from jobs import TrialConfig, TrialResult
+
+from ._baselines import Baselines
 
 
 def open_filesystem(out: str) -> tuple[pafs.FileSystem, str]:
@@ -102,6 +104,17 @@ class SweepStore:
                     problems[trial_id] = f"{relative} is unreadable ({str(exc).splitlines()[0][:120]})"
                     break
         return problems
+
+    def baselines(self, trials: list[TrialConfig], done: set[str]) -> Baselines:
+        """FP32 final losses of the committed O0 trials of ``trials`` (a resumed sweep has them on disk)."""
+        found = Baselines()
+        for config in trials:
+            if config.amp_level == "O0" and config.trial_id in done:
+                row = pq.read_table(
+                    self.path(trial_row_path(config.trial_id)), columns=["final_loss"], filesystem=self.fs
+                )
+                found.add(config, row.column("final_loss")[0].as_py())
+        return found
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:
         """Remove what an interrupted write left under an uncommitted trial."""

@@ -1,0 +1,73 @@
+"""``search.json``: the path an adaptive search took, written by the driver, read by the report.
+
+An adaptive search runs ordinary trials in rounds (each stored like any grid
+trial, so it resumes), and this file records what it concluded from each
+round: the black list tried, the outcome per seed, the Cell localized, the
+decision — then the minimal black list, the clip sweep on it, and whether a
+confirmation on more seeds and more steps held.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+SEARCH_FILE = "search.json"
+#: Sub-folder (a sweep folder of its own) holding the confirmation trials: they
+#: run longer than the sweep's ``steps``, so they must not mix into its ranking.
+CONFIRM_FOLDER = "confirm"
+
+
+@dataclass
+class SearchRound:
+    """One probe of the search: a black list, run on every seed."""
+
+    round: int
+    phase: str  # baseline | grow | shrink | clip | confirm
+    black_list: list[str]
+    clip: float | None
+    outcomes: dict[str, str]  # seed -> stable | diverged | silent | failed
+    localized: list[str] = field(default_factory=list)  # "norm1 (CustomNorm, forward)" per unstable seed
+    decision: str = ""
+    trial_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SearchFamily:
+    """The search for one AMP level × dtype × loss scale."""
+
+    amp_level: str
+    dtype: str
+    loss_scale: str
+    rounds: list[SearchRound] = field(default_factory=list)
+    minimal_black_list: list[str] | None = None  # None: the search did not end stable
+    conclusion: str = ""
+    confirmed: bool | None = None  # None: no confirmation ran
+    confirmation: str = ""
+
+
+@dataclass
+class SearchLog:
+    sweep: str
+    families: list[SearchFamily] = field(default_factory=list)
+    trials_run: int = 0
+    #: trials a grid over every subset of the workload's own Cell classes would take
+    grid_equivalent: int = 0
+    candidate_classes: list[str] = field(default_factory=list)
+
+
+def encode_search(log: SearchLog) -> str:
+    return json.dumps(asdict(log), indent=1) + "\n"
+
+
+def decode_search(text: str | bytes) -> SearchLog:
+    """The log in a ``search.json``; ``ValueError`` when it is not one."""
+    try:
+        data = json.loads(text)
+        families = []
+        for family in data.pop("families"):
+            rounds = [SearchRound(**r) for r in family.pop("rounds")]
+            families.append(SearchFamily(rounds=rounds, **family))
+        return SearchLog(families=families, **data)
+    except (TypeError, KeyError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not an ampsweep search log: {exc}") from None
