@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs import TrialConfig
-from jobs import TrialResult
+from jobs import TrialConfig, TrialResult
 from jobs._trainer import run_trial
 
 pytestmark = pytest.mark.slow
