@@ -14,10 +14,11 @@ from ._anomalies import read_anomalies
 from ._configs import CONFIG_KEYS, config_scores
 from ._criteria import RankContext
 from ._evidence import kind_recommendation
-from ._load import inventory, load_trials, resolve
+from ._load import inventory, load_trials, resolve, unreadable_trials
 from ._model import KindAnalysis, SweepAnalysis
 from ._rank import rank_configs
 from ._scores import fp32_reference, trial_scores
+from ._search import read_search
 
 #: device kind / MindSpore target on which float16 is emulated, so speed never decides
 CPU_KIND = "cpu"
@@ -74,7 +75,10 @@ def analyze(sweep_dir: str | Path) -> SweepAnalysis:
     """Load, score, aggregate and rank a sweep folder (local path or URI), per device kind."""
     loc = resolve(sweep_dir)
     trials = load_trials(sweep_dir)
+    unreadable = unreadable_trials(sweep_dir)
+    trials = trials[~trials["trial_id"].isin(list(unreadable))].reset_index(drop=True)
     inv = inventory(sweep_dir, trials["trial_id"])
+    inv.unreadable = unreadable
     scores = trial_scores(sweep_dir, trials)
     ranked = scores[scores["ranked"]]
     anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
@@ -95,6 +99,7 @@ def analyze(sweep_dir: str | Path) -> SweepAnalysis:
         reference=fp32_reference(scores),
         inventory=inv,
         kinds=kinds,
+        search=read_search(sweep_dir),
     )
 
 

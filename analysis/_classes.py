@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ampsweep_contracts import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
+
 from ._model import Fp32Reference
 
 HEALTHY_CLIP_MAX = 0.3
 TOO_SMALL_CLIP = 0.9
-SILENT_LOSS_FACTOR = 2.0
-SILENT_LOSS_MARGIN = 0.1
 
 TIER_STABLE, TIER_FP32, TIER_SILENT, TIER_UNSTABLE = 0, 1, 2, 3
 TIER_LABELS = {
@@ -71,8 +71,7 @@ def silent_reason(row: pd.Series, ref: Fp32Reference) -> str:
     """Why a configuration that stayed finite counts as failed ('' when it does not)."""
     final = row["final_loss_median"]
     if np.isfinite(final) and np.isfinite(ref.final_loss):
-        limit = SILENT_LOSS_FACTOR * ref.final_loss + SILENT_LOSS_MARGIN
-        if final > limit:
+        if final > silent_loss_limit(ref.final_loss):
             return (
                 f"median final loss {num(final)} > {SILENT_LOSS_FACTOR:g} x FP32 "
                 f"{num(ref.final_loss)} + {SILENT_LOSS_MARGIN:g}"

@@ -18,10 +18,11 @@ import html
 import re
 from collections.abc import Callable
 
+from ._blocks import Bullets, Code, Figure, Paragraph, Section, Table
 from ._figures import kind_figures
 from ._model import SweepAnalysis
 from ._plot import FigureImage
-from ._text import Bullets, Code, Figure, Paragraph, Section, Table, report_sections, title
+from ._text import report_sections, title
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 

@@ -94,6 +94,8 @@ class SweepInventory:
     #: planned ids with no ``trials/`` row (empty when there is no plan)
     missing_ids: list[str] = field(default_factory=list)
     has_anomalies_dir: bool = False
+    #: committed trials skipped because a file is truncated or corrupt: id -> which file, why
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     @property
     def missing_trials(self) -> int | None:
@@ -165,10 +167,13 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
         # permissive concatenation unifies a column written as null by one writer.
         tables = []
         for path in files:
-            with loc.fs.open_input_file(path) as handle:
-                tables.append(pq.ParquetFile(handle).read())
-        frame = pa.concat_tables(tables, promote_options="permissive").to_pandas()
-    else:
+            try:
+                with loc.fs.open_input_file(path) as handle:
+                    tables.append(pq.ParquetFile(handle).read())
+            except (OSError, pa.ArrowException):
+                continue  # reported by ``unreadable_trials``; ``run`` reruns the trial
+        frame = pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else None
+    if not files or frame is None:
         frame = pd.DataFrame({name: pd.Series([], dtype="object") for name in TRIAL_DTYPES})
     for name, dtype in TRIAL_DTYPES.items():
         if name not in frame.columns:
@@ -199,6 +204,27 @@ def planned_ids(loc: SweepLocation) -> list[str] | None:
     except (ValueError, OSError):
         return None  # the count is advisory; a bad plan must not stop the report
     return list(dict.fromkeys(entry.trial_id for entry in entries))
+
+
+def unreadable_trials(sweep_dir: str | Path) -> dict[str, str]:
+    """Committed trials whose ``trials/`` row or ``steps`` file is truncated or corrupt, and which file.
+
+    Reads footers only. Such a trial is left out of the analysis (a partial
+    disk write must not take the report down) and ``ampsweep run`` reruns it.
+    """
+    loc = resolve(sweep_dir)
+    problems: dict[str, str] = {}
+    steps = files_by_trial(loc, "steps")
+    for path in list_parquet(loc, "trials", recursive=False):
+        trial_id = posixpath.basename(path)[: -len(".parquet")]
+        for candidate in [path, *steps.get(trial_id, [])]:
+            try:
+                pq.read_metadata(candidate, filesystem=loc.fs)
+            except (OSError, pa.ArrowException) as exc:
+                relative = posixpath.relpath(candidate, loc.root)
+                problems[trial_id] = f"{relative} ({str(exc).splitlines()[0][:100]})"
+                break
+    return problems
 
 
 def inventory(sweep_dir: str | Path, trial_ids: Iterable[str]) -> SweepInventory:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from ._blocks import Bullets, Code, Figure, Paragraph, Section, Table
 from ._model import SweepAnalysis
-from ._text import Bullets, Code, Figure, Paragraph, Section, Table, report_sections, title
+from ._text import report_sections, title
 
 
 def _md(value: object) -> str:

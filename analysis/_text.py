@@ -8,66 +8,18 @@ the ranking, the trial counts, failures and the rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 
 from ._anomalies import localization_phrase
+from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from ._classes import clip_text
 from ._configs import first_line
 from ._criteria import TIE_RULE, rules_text
 from ._heatmap import HEATMAP_CAPTION, divergence_grids
 from ._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, Recommendation, SweepAnalysis
+from ._search import search_section
 from ._steps import SPIKE_FACTOR, SPIKE_WINDOW
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    text: str
-    lead: str = ""  # shown strong before the text
-    role: str = ""  # "verdict" | "verdict none" | ""
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: tuple[str, ...]
-    ordered: bool = False
-
-
-@dataclass(frozen=True)
-class Code:
-    title: str
-    text: str
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    row_roles: tuple[str, ...] = ()  # "recommended" | "baseline" | ""
-    role: str = ""  # "ranking" | "divergence"
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A figure slot: report.html draws ``key`` of kind ``kind_index``; others show ``fallback``."""
-
-    kind_index: int
-    keys: tuple[str, ...]  # figure key prefixes, e.g. ("divergence",); () = the remaining ones
-    caption: str = ""
-    fallback: Table | Paragraph | None = None
-
-
-Block = Paragraph | Bullets | Code | Table | Figure
-
-
-@dataclass
-class Section:
-    title: str
-    level: int = 2
-    blocks: list[Block] = field(default_factory=list)
-
 
 RANKING_HEADERS = (
     "#",
@@ -178,6 +130,10 @@ def counts_items(a: SweepAnalysis) -> list[str]:
         items.append("expected: unknown (no readable `plan.json`), so missing trials cannot be counted")
     else:
         items.append(f"expected from `plan.json`: {inv.expected_trials}; missing: {inv.missing_trials}")
+    for trial_id, where in sorted(inv.unreadable.items()):
+        items.append(
+            f"unreadable, skipped: trial {trial_id}: {where}; `ampsweep run` with the same spec reruns it"
+        )
     if inv.debris_ids:
         items.append(
             f"step data without a `trials/` row (interrupted or still running, ignored): {len(inv.debris_ids)}"
@@ -329,6 +285,8 @@ def report_sections(a: SweepAnalysis) -> list[Section]:
     for index, kind in enumerate(a.kinds):
         suffix = f" (device kind: {kind.device_kind or 'unknown'})" if many else ""
         sections.append(_answer(kind, index, suffix))
+        if index == 0 and a.search is not None:
+            sections.append(search_section(a.search))
         sections += _evidence(kind, suffix)
         if not kind.ranking.empty:
             sections.append(Section(f"Ranking{suffix}", blocks=[ranking_table(kind.ranking)]))

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -48,13 +47,9 @@ import pyarrow as pa
 
 from ampsweep_contracts import ANOMALIES_SCHEMA
 
-from ._amp import apply_amp, known_layer_types, resolve_black_list
-from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._trainer import _make_scaler as make_scaler
-from ._trainer import seed_everything
-from ._workload import build_workload
+from ._replay import _ensure_pynative, _Finding, _fp32, _parameter_owner, _Replay, _restore_mode
 
 MODES = ("nonfinite", "departure")
 
@@ -79,177 +74,6 @@ UNTIL_LEAD = 5
 #: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
 JIT_PREFIX_MIN_STEPS = 30
 
-_EPS = 1e-6  # as in the compiled step's clipping factor
-
-
-@dataclass
-class _Finding:
-    event: Event
-    step: int
-    note: list[str]
-    rel_error: float | None = None
-    fp32_max_abs: float | None = None
-    forward: Event | None = None  # backward findings: the same Cell's forward report that step
-
-
-class _Replay:
-    """One trial rebuilt for PyNative: network, optimizer, scaler, batches and probe.
-
-    Built exactly as ``run_trial`` builds a trial (seed, then the factory, then
-    ``apply_amp`` on ``NetworkWithLoss``, then the optimizer over the cast
-    network's parameters), so the weights and batches are the trial's own.
-    """
-
-    def __init__(self, config: TrialConfig, workload_ref: str, steps: int) -> None:
-        import mindspore as ms
-        from mindspore.common import dtype as mstype
-
-        from ._loss_cell import NetworkWithLoss
-
-        seed_everything(config.seed)
-        workload = build_workload(workload_ref, config.seed, config.workload_args)
-        known = known_layer_types([workload.network, workload.loss_fn])
-        black_list = resolve_black_list(config.black_list, known)
-        self.loss_cell = apply_amp(
-            NetworkWithLoss(workload.network, workload.loss_fn), config.amp_level, black_list, config.dtype
-        )
-        self.network = workload.network
-        self.optimizer = workload.optimizer(workload.network.trainable_params())
-        self.params = self.optimizer.parameters
-        self.scaler = make_scaler(config.loss_scale)
-        self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
-        self.batches = batch_stream(workload.batches, steps)
-        self.probe: CellProbe | None = None
-        self._compiled: Any = None
-        self._clip = ms.Tensor(
-            float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
-        )
-        self._one = ms.Tensor(1.0, mstype.float32)
-        scaler = self.scaler
-
-        def forward(*batch: Any) -> Any:
-            loss = self.loss_cell(*batch)
-            return scaler.scale(loss) if scaler is not None else loss
-
-        self._grad_fn = ms.value_and_grad(forward, None, self.params)
-
-    def attach(self, probe: CellProbe) -> CellProbe:
-        """Hook every Cell; only after any compiled prefix (hooks are for PyNative)."""
-        self.probe = probe.attach(self.loss_cell)
-        return probe
-
-    def jit_prefix(self, steps: int) -> int | None:
-        """Run the next ``steps`` batches with a compiled step, as the trainer would.
-
-        Skips the slow PyNative steps a replay does not need to look at (the
-        FP32 replay up to the culprit's step; the policy replay up to shortly
-        before the jitted run's first non-finite step). Returns the index of
-        the first step whose loss or gradients were non-finite, or ``None``.
-        """
-        import mindspore as ms
-        from mindspore import ops
-        from mindspore.common import dtype as mstype
-
-        if steps <= 0:
-            return None
-        if self._compiled is not None:
-            return self._run_compiled(steps)
-        scaler, optimizer, grad_fn, one = self.scaler, self.optimizer, self._grad_fn, self._one
-
-        def train_step(clip: Any, *batch: Any) -> Any:
-            loss, grads = grad_fn(*batch)
-            if scaler is not None:
-                loss = scaler.unscale(loss)
-                grads = scaler.unscale(grads)
-            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-            norm = ops.sqrt(ops.reduce_sum(flat * flat))
-            finite = ops.reduce_sum(ops.logical_not(ops.isfinite(flat)).astype(mstype.float32)) == 0
-            factor = ops.select(norm > clip, clip / (norm + _EPS), one)
-            clipped = tuple(g * factor.astype(g.dtype) for g in grads)
-            if scaler is not None:
-                if finite:
-                    loss = ops.depend(loss, optimizer(clipped))
-                loss = ops.depend(loss, scaler.adjust(finite))
-            else:
-                loss = ops.depend(loss, optimizer(clipped))
-            return ops.stack([loss.astype(mstype.float32), finite.astype(mstype.float32)])
-
-        self._compiled = ms.jit(train_step)
-        return self._run_compiled(steps)
-
-    def _run_compiled(self, steps: int) -> int | None:
-        for index in range(steps):
-            batch = next(self.batches, None)
-            if batch is None:
-                return None
-            loss, finite = self._compiled(self._clip, *batch).asnumpy()
-            if not (np.isfinite(loss) and finite > 0.5):
-                return index
-        return None
-
-    def step(self, batch: tuple[Any, ...]) -> tuple[bool, list[str]]:
-        """One training step with the compiled step's semantics.
-
-        Returns whether the gradients were finite, and the names of parameters
-        whose gradient was not (used only when no Cell hook caught the inf).
-        """
-        from mindspore import ops
-        from mindspore.common import dtype as mstype
-
-        loss, grads = self._grad_fn(*batch)
-        if self.scaler is not None:
-            loss = self.scaler.unscale(loss)
-            grads = self.scaler.unscale(grads)
-        flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-        norm = ops.sqrt(ops.reduce_sum(flat * flat))
-        finite = bool(ops.isfinite(flat).all().asnumpy())
-        bad = (
-            []
-            if finite
-            else [p.name for p, g in zip(self.params, grads) if not np.isfinite(g.asnumpy()).all()]
-        )
-        factor = ops.select(norm > self._clip, self._clip / (norm + _EPS), self._one)
-        clipped = tuple(g * factor.astype(g.dtype) for g in grads)
-        if self.scaler is not None:
-            if finite:
-                self.optimizer(clipped)
-            self.scaler.adjust(ops.isfinite(flat).all())
-        else:
-            self.optimizer(clipped)
-        return finite, bad
-
-    def forward_only(self, batch: tuple[Any, ...]) -> None:
-        self.loss_cell(*batch)
-
-    def close(self) -> None:
-        if self.probe is not None:
-            self.probe.detach()
-
-
-def _fp32(config: TrialConfig) -> TrialConfig:
-    return dataclasses.replace(config, amp_level="O0", black_list=())
-
-
-def _parameter_owner(param_name: str, probe: CellProbe) -> str:
-    """The Cell that owns a parameter, e.g. ``fc1.weight`` -> ``fc1``."""
-    owner = param_name.rsplit(".", 1)[0] if "." in param_name else "network"
-    return owner if owner in probe.order else param_name
-
-
-def _ensure_pynative() -> Any:
-    import mindspore as ms
-
-    mode = ms.get_context("mode")
-    if mode != ms.PYNATIVE_MODE:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-    return mode
-
-
-def _restore_mode(mode: Any) -> None:
-    import mindspore as ms
-
-    if ms.get_context("mode") != mode:
-        ms.set_context(mode=mode)
 
 
 def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:

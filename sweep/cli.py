@@ -88,52 +88,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(value: Any, pattern: str) -> str:
-    try:
-        if value is None or value != value:  # None or NaN
-            return "-"
-        return pattern.format(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def _print_top(sweep_dir: Path, top: int) -> None:
     """Write the report and print its top rows as a table that fits a terminal."""
     from rich.console import Console
-    from rich.table import Table
 
-    from analysis import analyze, top_configs, write_report
+    from analysis import analyze, terminal_table, write_report
 
     result = analyze(sweep_dir)
     report = write_report(sweep_dir, analysis=result)
-    frame = top_configs(result, top)
-    table = Table(title=f"top {len(frame)} configurations (full report: {report})", show_lines=True)
-    for name in ("#", "configuration", "seeds", "diverged", "clip rate", "steps to target", "final loss"):
-        table.add_column(name, overflow="fold")
-    table.add_column("why", overflow="fold", max_width=70)
-    for row in frame.to_dict("records"):
-        clip = row["clip"]
-        parts = [
-            str(row["amp_level"]),
-            f"FP32: {row['black_list_key']}" if row["black_list_key"] else "default black list",
-            "no clip" if clip is None or clip != clip else f"clip {clip:g}",
-        ]
-        if row["loss_scale"] != "none":
-            parts.append(f"loss scale {row['loss_scale']}")
-        parts.append(str(row["dtype"]))
-        if "device_kind" in row and frame["device_kind"].nunique() > 1:
-            parts.append(f"on {row['device_kind']}")
-        table.add_row(
-            str(row["rank"]),
-            " · ".join(parts),
-            str(row["n_seeds"]),
-            _fmt(row["divergence_rate"], "{:.0%}"),
-            _fmt(row["clip_rate_median"], "{:.0%}"),
-            _fmt(row["steps_to_target_median"], "{:.0f}"),
-            _fmt(row["final_loss_median"], "{:.3f}"),
-            str(row["rule"]).split("; after #")[0],
-        )
-    Console(width=max(140, Console().width)).print(table)
+    Console(width=max(140, Console().width)).print(terminal_table(result, top, report))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
