@@ -4,13 +4,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install browser demo test test-slow lint bench clean
+# The oldest MindSpore that pyproject.toml admits (2.7.0: the first release for
+# Python 3.11 on this index); `make test-oldest` tests it in a venv of its own.
+OLDEST_MINDSPORE ?= 2.7.0
+OLDEST_VENV := .venv-oldest
+OLDEST_BIN := $(OLDEST_VENV)/bin
+OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(OLDEST_MINDSPORE)
+# -qq keeps pip and the build backend's warnings out of the log; errors still print
+PIP_INSTALL = python -m pip install -qq --no-warn-script-location
+
+.PHONY: install browser demo test test-slow test-oldest lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -qq --upgrade pip
-	$(BIN)/python -m pip install -qq -e '.[test]'
+	$(BIN)/$(PIP_INSTALL) --upgrade pip
+	$(BIN)/$(PIP_INSTALL) -e '.[test]'
 	touch $(STAMP)
+
+$(OLDEST_STAMP): pyproject.toml
+	rm -f $(OLDEST_VENV)/.installed-*
+	test -x $(OLDEST_BIN)/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_BIN)/$(PIP_INSTALL) --upgrade pip
+	$(OLDEST_BIN)/$(PIP_INSTALL) -e '.[test]' 'mindspore==$(OLDEST_MINDSPORE)'
+	touch $@
 
 install: $(STAMP)
 
@@ -28,6 +44,13 @@ test: $(STAMP) browser
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# fast tests and one end-to-end sweep on the oldest supported MindSpore
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_BIN)/python -m pytest -q
+	rm -rf runs/oldest
+	$(OLDEST_BIN)/ampsweep run examples/smoke.yaml --out runs/oldest --workers 2 --no-progress --top 4
+	$(OLDEST_BIN)/python .ci/check_trials.py runs/oldest/smoke $(OLDEST_MINDSPORE)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
