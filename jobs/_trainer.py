@@ -1,10 +1,15 @@
 """One trial: real MindSpore training of a workload under one AMP policy.
 
-Everything that happens per step is inside one ``mindspore.jit`` graph: the
-forward and backward pass, unscaling, the global norm, per-parameter
-statistics, clipping and the update. The graph returns one float32 vector per
-step; vectors are stacked and copied to the host in blocks, so the host sees
-no per-element traffic and divergence is still caught within one block.
+Everything that happens per step is inside a ``mindspore.jit`` graph: the
+forward and backward pass, unscaling, the global norm, clipping and the update.
+Each graph comes in two compiled variants over the same parameters, optimizer
+and loss scaler (see ``CompiledStep``): the *lean* one, which every ordinary
+step runs, returns only what the ``steps`` table needs; the *sampled* one,
+which runs on every ``layer_every``-th step, adds the per-parameter gradient
+statistics of the ``layers`` table. Both compute the update with the same
+operations, so which one ran a step never changes the trajectory. Per-step
+vectors are stacked and copied to the host in blocks, so the host sees no
+per-element traffic and divergence is still caught within one block.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ BLOCK_STEPS = 25
 DYNAMIC_SCALE_WINDOW = 50
 _EPS = 1e-6
 _NO_CLIP = float(np.finfo(np.float32).max)
-# Layout of the per-step metric vector: 4 scalars, then 3 values per parameter.
-_LOSS, _NORM, _FINITE, _SCALE, _HEAD = 0, 1, 2, 3, 4
+# Layout of the per-step metric vector (both variants): 4 scalars.
+_LOSS, _NORM, _FINITE, _SCALE = 0, 1, 2, 3
+# The sampled variant's second output: norm, max |g| and non-finite count, each per parameter.
+_LEAN, _SAMPLED = "lean", "sampled"
 
 
 class UnsupportedCombination(RuntimeError):
@@ -50,7 +57,8 @@ class TrialMetrics:
     scale: np.ndarray
     step_ms: np.ndarray
     layer_names: list[str]
-    layer_norm: np.ndarray  # [steps, params]
+    layer_steps: np.ndarray  # the sampled steps that ran, ascending
+    layer_norm: np.ndarray  # [len(layer_steps), params]
     layer_absmax: np.ndarray
     layer_nonfinite: np.ndarray
 
@@ -98,10 +106,24 @@ def _training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[s
 
 
 class CompiledStep:
-    """A network cast for one policy with its compiled training step.
+    """A network cast for one policy with its compiled training step, in two variants.
+
+    * ``step(clip, batch)`` -- the *lean* variant, for ordinary steps: loss,
+      pre-clip global norm, finite flag and loss scale as one 4-element vector,
+      plus the clip and the update. Nothing per parameter leaves the graph.
+    * ``step.sampled(clip, batch)`` -- the *sampled* variant, for the steps that
+      reach the ``layers`` table: the same vector and the same update, plus a
+      ``3 × params`` vector (per-parameter L2 norm, max |g|, non-finite count).
+
+    Both variants are built from one Python function, so they share the
+    parameters, the optimizer and the loss scaler, and compute loss, norm,
+    finite flag, clip factor and update with identical operations; the
+    statistics only read the gradients. A step's result is bit-identical
+    whichever variant ran it. Each variant compiles on its first call, so a
+    graph costs at most two compiles per worker; ``compiled`` says which have.
 
     One instance serves every trial of its graph: ``reset`` loads a trial's
-    starting state into the compiled graph instead of rebuilding it.
+    starting state into the compiled graphs instead of rebuilding them.
     """
 
     def __init__(self, config: TrialConfig, workload: Workload) -> None:
@@ -125,6 +147,8 @@ class CompiledStep:
         scaler = _make_scaler(config.loss_scale)
         self._state = _training_state(loss_cell, optimizer, scaler)
         self._reset_graph: Any = None
+        #: the variants that have compiled (run at least once) in this process
+        self.compiled: set[str] = set()
         skips_nonfinite = scaler is not None
         one = ms.Tensor(1.0, mstype.float32)
         n_params = len(params)
@@ -138,7 +162,9 @@ class CompiledStep:
 
         grad_fn = ms.value_and_grad(forward, None, params)
 
-        def train_step(clip: Any, *batch: Any) -> Any:
+        # The two variants share ``gradients`` and ``update`` (inlined into each
+        # graph), so loss, norm, clip factor and update are the same operations.
+        def gradients(clip: Any, *batch: Any) -> Any:
             loss, grads = grad_fn(*batch)
             if skips_nonfinite:
                 scale = scaler.scale_value.astype(mstype.float32)
@@ -146,16 +172,22 @@ class CompiledStep:
                 grads = scaler.unscale(grads)
             else:
                 scale = one
-            # One flat vector and segment reductions: a handful of kernels in all,
-            # instead of several per parameter tensor (the step is dispatch-bound).
-            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-            squares = ops.unsorted_segment_sum(flat * flat, segments, n_params)
-            absmax = ops.unsorted_segment_max(ops.abs(flat), segments, n_params)
-            bad = ops.unsorted_segment_sum(
-                ops.logical_not(ops.isfinite(flat)).astype(mstype.float32), segments, n_params
+            # Per parameter, the sum of squares as a sequential float32 sum: the last
+            # element of a cumsum, bit for bit what ``unsorted_segment_sum`` over one
+            # flat vector gave (the layout before the lean step, whose numbers the
+            # tables keep), at a fraction of its cost on MindSpore's CPU backend.
+            squares = ops.stack(
+                [ops.cumsum(ops.square(g.astype(mstype.float32).reshape(-1)), 0)[-1] for g in grads]
             )
             norm = ops.sqrt(ops.reduce_sum(squares))
-            finite = ops.reduce_sum(bad) == 0
+            # finite: no gradient element is inf/NaN (either makes the sum of squares
+            # inf/NaN). The one difference to counting non-finite elements: finite
+            # gradients whose squares overflow float32 (|g| > ~1.8e19) count as
+            # non-finite; their clip factor would have been 0 anyway.
+            finite = ops.isfinite(norm)
+            return loss, grads, scale, squares, norm, finite
+
+        def update(clip: Any, loss: Any, grads: Any, scale: Any, norm: Any, finite: Any) -> Any:
             # clipped exactly when norm > clip, which is what the steps table records
             factor = ops.select(norm > clip, clip / (norm + _EPS), one)
             clipped_grads = tuple(g * factor.astype(g.dtype) for g in grads)
@@ -165,10 +197,25 @@ class CompiledStep:
                 loss = ops.depend(loss, scaler.adjust(finite))
             else:
                 loss = ops.depend(loss, optimizer(clipped_grads))
-            head = ops.stack([loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale])
-            return ops.concat([head, ops.sqrt(squares), absmax, bad])
+            return ops.stack([loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale])
 
-        self._step = ms.jit(train_step)
+        def lean_step(clip: Any, *batch: Any) -> Any:
+            loss, grads, scale, _, norm, finite = gradients(clip, *batch)
+            return update(clip, loss, grads, scale, norm, finite)
+
+        def sampled_step(clip: Any, *batch: Any) -> Any:
+            loss, grads, scale, squares, norm, finite = gradients(clip, *batch)
+            head = update(clip, loss, grads, scale, norm, finite)
+            # the per-parameter statistics read the gradients and write nothing back
+            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+            absmax = ops.unsorted_segment_max(ops.abs(flat), segments, n_params)
+            bad = ops.unsorted_segment_sum(
+                ops.logical_not(ops.isfinite(flat)).astype(mstype.float32), segments, n_params
+            )
+            return head, ops.concat([ops.sqrt(squares), absmax, bad])
+
+        self._lean = ms.jit(lean_step)
+        self._sampled = ms.jit(sampled_step)
         self._tensor = ms.Tensor
         self._float32 = mstype.float32
 
@@ -212,7 +259,14 @@ class CompiledStep:
         return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
 
     def __call__(self, clip: Any, batch: tuple[Any, ...]) -> Any:
-        return self._step(clip, *batch)
+        """One ordinary step (lean variant): the 4-element metric vector."""
+        self.compiled.add(_LEAN)
+        return self._lean(clip, *batch)
+
+    def sampled(self, clip: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
+        """One step that reaches ``layers``: the same vector, and the per-parameter statistics."""
+        self.compiled.add(_SAMPLED)
+        return self._sampled(clip, *batch)
 
 
 def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
@@ -228,44 +282,76 @@ def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
 def _train(
     config: TrialConfig, workload: Workload, step: CompiledStep
 ) -> tuple[TrialMetrics, float, int | None]:
+    """Run the trial's steps; returns its metrics, the compile time it paid, and where it aborted.
+
+    Step ``i`` runs the sampled variant when ``i % layer_every == 0`` (so step 0
+    always does) and the lean variant otherwise. A variant's first call in this
+    process compiles it: that call is timed on its own, synchronously, and its
+    excess over a typical step is the compile time. The per-parameter
+    statistics stay on the device until the trial ends and are copied once.
+    """
     from mindspore import ops
 
     clip = step.clip_tensor(config.clip)
+    every = max(1, config.layer_every)
     batches = batch_stream(workload.batches, config.steps)
     rows: list[np.ndarray] = []
     step_ms: list[float] = []
-    compile_s = 0.0
+    first_calls: list[tuple[int, float]] = []  # (step, seconds) of each compiling call
+    sampled_at: list[int] = []
+    sampled_stats: list[Any] = []
     abort_at: int | None = None
     pending: list[Any] = []
-    block_start = time.perf_counter()
-    for index, batch in enumerate(batches):
-        if index == 0:
-            started = time.perf_counter()
-            first = step(clip, batch).asnumpy()
-            compile_s = time.perf_counter() - started
-            rows.append(first[None, :])
-            step_ms.append(compile_s * 1000.0)
-            block_start = time.perf_counter()
-            continue
-        pending.append(step(clip, batch))
-        if len(pending) == BLOCK_STEPS or index == config.steps - 1:
+
+    def flush() -> None:
+        nonlocal pending, block_start
+        if pending:
             block = ops.stack(pending).asnumpy()
             elapsed = (time.perf_counter() - block_start) * 1000.0
             step_ms.extend([elapsed / len(pending)] * len(pending))
             rows.append(block)
             pending = []
+        block_start = time.perf_counter()
+
+    block_start = time.perf_counter()
+    for index, batch in enumerate(batches):
+        variant = _SAMPLED if index % every == 0 else _LEAN
+        compiles = variant not in step.compiled
+        if compiles:
+            flush()  # time the compiling call alone
+        if variant == _SAMPLED:
+            head, stats = step.sampled(clip, batch)
+            sampled_at.append(index)
+            sampled_stats.append(stats)
+        else:
+            head = step(clip, batch)
+        if compiles:
+            rows.append(head.asnumpy()[None, :])
+            seconds = time.perf_counter() - block_start
+            first_calls.append((index, seconds))
+            step_ms.append(seconds * 1000.0)
             block_start = time.perf_counter()
+            continue
+        pending.append(head)
+        if len(pending) == BLOCK_STEPS or index == config.steps - 1:
+            flush()
             losses = np.concatenate([r[:, _LOSS] for r in rows])
             abort_at = _first_abort(np.isfinite(losses), config.abort_after)
             if abort_at is not None:
                 break
+    flush()
     table = np.concatenate(rows)
     n = table.shape[0] if abort_at is None else abort_at + 1
     table = table[:n]
-    params = len(step.layer_names)
     ms_per_step = np.asarray(step_ms[:n])
-    if n > 1:
-        compile_s = max(0.0, compile_s - float(np.median(ms_per_step[1:])) / 1000.0)
+    compile_s = _compile_seconds(first_calls, ms_per_step, n)
+    params = len(step.layer_names)
+    kept = [i for i, at in enumerate(sampled_at) if at < n]
+    stats = (
+        ops.stack([sampled_stats[i] for i in kept]).asnumpy()
+        if kept
+        else np.zeros((0, 3 * params), np.float32)
+    )
     metrics = TrialMetrics(
         loss=table[:, _LOSS].astype(np.float64),
         grad_norm=table[:, _NORM].astype(np.float64),
@@ -273,11 +359,25 @@ def _train(
         scale=table[:, _SCALE].astype(np.float64),
         step_ms=ms_per_step,
         layer_names=step.layer_names,
-        layer_norm=table[:, _HEAD : _HEAD + params],
-        layer_absmax=table[:, _HEAD + params : _HEAD + 2 * params],
-        layer_nonfinite=table[:, _HEAD + 2 * params : _HEAD + 3 * params],
+        layer_steps=np.asarray([sampled_at[i] for i in kept], dtype=np.int64),
+        layer_norm=stats[:, :params],
+        layer_absmax=stats[:, params : 2 * params],
+        layer_nonfinite=stats[:, 2 * params : 3 * params],
     )
     return metrics, compile_s, abort_at
+
+
+def _compile_seconds(first_calls: list[tuple[int, float]], ms_per_step: np.ndarray, n: int) -> float:
+    """Compile time paid by this trial: each compiling call's excess over a typical step.
+
+    The typical step is the median of the steps that compiled nothing; a trial
+    too short to have one counts the compiling calls whole.
+    """
+    calls = [(at, seconds) for at, seconds in first_calls if at < n]
+    compiling = {at for at, _ in calls}
+    ordinary = [ms_per_step[i] for i in range(n) if i not in compiling]
+    typical_s = float(np.median(ordinary)) / 1000.0 if ordinary else 0.0
+    return sum(max(0.0, seconds - typical_s) for _, seconds in calls)
 
 
 def seed_everything(seed: int) -> None:

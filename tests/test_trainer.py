@@ -30,19 +30,28 @@ def _config(clip: float | None, **overrides) -> TrialConfig:
     return TrialConfig(**values)
 
 
-def _one_step(clip: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, CompiledStep]:
+def _one_step(
+    clip: float | None, *, sampled: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, CompiledStep]:
+    """One step of the linear workload, by the sampled variant (with statistics) or the lean one."""
     config = _config(clip)
     workload = build_workload(LINEAR, 0, {})
     step = CompiledStep(config, workload)
     before = workload.network.weight.asnumpy().copy()
-    vector = step(step.clip_tensor(clip), to_tensors(next(iter(workload.batches)))).asnumpy()
+    batch = to_tensors(next(iter(workload.batches)))
+    if sampled:
+        head, stats = step.sampled(step.clip_tensor(clip), batch)
+        vector, layer_stats = head.asnumpy(), stats.asnumpy()
+    else:
+        vector, layer_stats = step(step.clip_tensor(clip), batch).asnumpy(), None
     after = workload.network.weight.asnumpy()
-    return before, after, vector, step
+    return before, after, vector, layer_stats, step
 
 
+@pytest.mark.parametrize("sampled", [True, False], ids=["sampled", "lean"])
 @pytest.mark.parametrize("clip", [None, 1e6, 0.5, 2.0])
-def test_clipping_matches_numpy(clip):
-    before, after, vector, step = _one_step(clip)
+def test_clipping_matches_numpy(clip, sampled):
+    before, after, vector, stats, step = _one_step(clip, sampled=sampled)
     grad = numpy_gradient(before)
     norm = np.linalg.norm(grad)
     assert vector[1] == pytest.approx(norm, rel=1e-5), "recorded norm is the pre-clip global norm"
@@ -50,12 +59,15 @@ def test_clipping_matches_numpy(clip):
     np.testing.assert_allclose(before - after, grad * factor, rtol=1e-4, atol=1e-6)  # SGD, lr = 1
     if clip is not None and norm > clip:
         assert np.linalg.norm(before - after) == pytest.approx(clip, rel=1e-4)
+    assert vector.shape == (4,) and vector[2] == 1.0 and vector[3] == 1.0, "finite, no loss scaling"
+    if stats is None:
+        return
     # per-layer statistics: one parameter here, so its norm is the global norm
     params = len(step.layer_names)
-    assert step.layer_names == ["weight"]
-    assert vector[4] == pytest.approx(norm, rel=1e-5)
-    assert vector[4 + params] == pytest.approx(np.abs(grad).max(), rel=1e-5)
-    assert vector[4 + 2 * params] == 0
+    assert step.layer_names == ["weight"] and stats.shape == (3 * params,)
+    assert stats[0] == pytest.approx(norm, rel=1e-5)
+    assert stats[params] == pytest.approx(np.abs(grad).max(), rel=1e-5)
+    assert stats[2 * params] == 0
 
 
 def test_clip_decision_recorded_exactly():
@@ -95,7 +107,9 @@ def test_exception_in_workload_is_a_failed_outcome(tmp_path):
     )
     outcome = run_trial(_config(None, steps=30, workload=f"{short}:make"), f"{short}:make")
     assert outcome.outcome == "failed"
-    assert outcome.error.startswith("RuntimeError: workload batches ended after 5 steps; the spec asks for 30")
+    assert outcome.error.startswith(
+        "RuntimeError: workload batches ended after 5 steps; the spec asks for 30"
+    )
     assert "Traceback" in outcome.traceback
 
 
