@@ -35,7 +35,7 @@ from ._layout import (
     trial_folder,
     trial_row_path,
 )
-from ._loss_scale import LOSS_SCALE_ALLOWED, LossScale, parse_loss_scale
+from ._loss_scale import DYNAMIC_SCALE_WINDOW, LOSS_SCALE_ALLOWED, LossScale, parse_loss_scale
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, parse_reference
 from ._search import (
@@ -50,6 +50,7 @@ from ._search import (
 from ._tables import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TABLE_SCHEMAS, TRIALS_SCHEMA
 
 __all__ = [
+    "DYNAMIC_SCALE_WINDOW",
     "CONFIRM_FOLDER",
     "SEARCH_FILE",
     "SearchFamily",

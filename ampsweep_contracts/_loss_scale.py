@@ -11,6 +11,10 @@ _NUMBER = r"(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?"
 _FORM = re.compile(rf"^(none|dynamic|dynamic:{_NUMBER}|static:{_NUMBER})$")
 #: MindSpore's own default initial scale for dynamic loss scaling.
 DEFAULT_DYNAMIC_SCALE = 2.0**16
+#: Finite steps after which dynamic loss scaling doubles the scale again. MindSpore's
+#: ``Model`` uses 2000; 50 lets a few-hundred-step trial show the scale recover, not
+#: only fall. The trainer uses it and the report's code to paste repeats it.
+DYNAMIC_SCALE_WINDOW = 50
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ class SearchFamily:
     dtype: str
     loss_scale: str
     rounds: list[SearchRound] = field(default_factory=list)
+    loss_placement: str = "outside"
     minimal_black_list: list[str] | None = None  # None: the search did not end stable
     conclusion: str = ""
     confirmed: bool | None = None  # None: no confirmation ran

@@ -12,8 +12,11 @@ generated from the Parquet values alone.
 Both snippets do what the sweep's trainer did, so the numbers in the report
 hold for them:
 
-* the network is cast *together with its loss* (``nn.WithLossCell``), so a
-  black-listed loss class stays in float32;
+* the cast matches the trials' ``loss_placement``: ``outside`` casts the
+  network alone, so the loss runs in float32 on its (float32) output, as
+  ``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do;
+  ``inside`` casts the network *together with its loss* (``nn.WithLossCell``),
+  so the loss computes in low precision unless its class is black-listed;
 * clipping is by global norm of the unscaled gradients, computed in float32;
 * with loss scaling, a step whose gradients are not finite is skipped, and a
   dynamic scaler changes its scale every ``DYNAMIC_SCALE_WINDOW`` finite steps.
@@ -32,9 +35,8 @@ from typing import Any
 
 import pandas as pd
 
-#: Must match ``jobs._trainer.DYNAMIC_SCALE_WINDOW`` (a test checks): the
-#: recommended scaler is the one the sweep measured.
-DYNAMIC_SCALE_WINDOW = 50
+from ampsweep_contracts import DYNAMIC_SCALE_WINDOW
+
 _DYNAMIC_DEFAULT = "2**16"
 _EPS = "1e-6"
 
@@ -45,28 +47,26 @@ _HEADER = [
 ]
 
 
-def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[str]:
-    """Cast ``net_with_loss`` exactly as ``jobs._amp.apply_amp`` did in the sweep."""
+def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str, cell: str = "net_with_loss") -> list[str]:
+    """Cast ``cell`` exactly as ``jobs._amp.apply_amp`` did in the sweep."""
     ms_dtype = f"mstype.{dtype or 'float16'}"
     if amp_level == "O0":
         return ["# AMP level O0: nothing is cast, the network trains in float32"]
     if not black_list:
-        return [f'net_with_loss = amp.auto_mixed_precision(net_with_loss, "{amp_level}", dtype={ms_dtype})']
+        return [f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})']
     names = ", ".join(black_list)
     lines = [f"# {names}: the layer classes from your model (or mindspore.nn) to keep in float32"]
     if amp_level == "O1":
         # O1 casts only white-listed types, so "black-listing" means removing them.
         lines.append(
-            f"net_with_loss = amp.custom_mixed_precision(net_with_loss, white_list=[c for c in "
+            f"{cell} = amp.custom_mixed_precision({cell}, white_list=[c for c in "
             f"amp.get_white_list() if c not in ({names},)], dtype={ms_dtype})"
         )
     elif amp_level == "O3":
-        lines.append(
-            f"net_with_loss = amp.custom_mixed_precision(net_with_loss, black_list=[{names}], dtype={ms_dtype})"
-        )
+        lines.append(f"{cell} = amp.custom_mixed_precision({cell}, black_list=[{names}], dtype={ms_dtype})")
     else:
         lines.append(
-            "net_with_loss = amp.custom_mixed_precision(net_with_loss, "
+            f"{cell} = amp.custom_mixed_precision({cell}, "
             f"black_list=amp.get_black_list() + [{names}], dtype={ms_dtype})"
         )
     return lines
@@ -92,7 +92,19 @@ def _config(row: Mapping[str, Any] | pd.Series) -> tuple[str, tuple[str, ...], f
     )
 
 
-def _cast_block(amp_level: str, black_list: tuple[str, ...], dtype: str) -> list[str]:
+def _placement(row: Mapping[str, Any] | pd.Series) -> str:
+    value = row.get("loss_placement", "inside") if hasattr(row, "get") else "inside"
+    return "outside" if value == "outside" else "inside"
+
+
+def _cast_block(amp_level: str, black_list: tuple[str, ...], dtype: str, placement: str) -> list[str]:
+    if placement == "outside":
+        return [
+            "# net, loss_fn, optimizer: yours. Cast the network alone, as the sweep did: its output comes",
+            "# back in float32, so the loss runs in float32 on it (as in Model(net, loss_fn, opt)).",
+            *_amp_lines(amp_level, black_list, dtype, cell="net"),
+            "net_with_loss = nn.WithLossCell(net, loss_fn)",
+        ]
     return [
         "# net, loss_fn, optimizer: yours. Cast the network *with* its loss, as the sweep did.",
         "net_with_loss = nn.WithLossCell(net, loss_fn)",
@@ -116,7 +128,7 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     ``row`` needs amp_level, black_list, clip, loss_scale and dtype.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
-    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype)]
+    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype, _placement(row))]
     if scaler:
         lines.append(f"loss_scaler = {scaler}")
     if clip is not None:
@@ -167,13 +179,22 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     enough; otherwise a subclass does the step the sweep did.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
-    lines = [
-        *_HEADER,
-        "from mindspore.train import Model",
-        "",
-        *_cast_block(amp_level, black_list, dtype),
-        "",
-    ]
+    placement = _placement(row)
+    cast = _cast_block(amp_level, black_list, dtype, placement)
+    lines = [*_HEADER, "from mindspore.train import Model", ""]
+    if scaler is None and clip is None and placement == "outside":
+        return "\n".join(
+            [
+                *lines,
+                *cast[:-1],  # Model wraps the loss itself, on the cast network's float32 output
+                "",
+                '# amp_level="O0": the network is already cast; Model\'s own O2 would cast it again',
+                "# and add a dynamic loss scaling the sweep did not test",
+                'model = Model(net, loss_fn=loss_fn, optimizer=optimizer, amp_level="O0")',
+                "model.train(epochs, dataset)",
+            ]
+        )
+    lines += [*cast, ""]
     if scaler is None and clip is None:
         return "\n".join(
             [

@@ -30,6 +30,7 @@ from ._model import (
     Recommendation,
 )
 from ._neighbours import config_dict, neighbours, row_facts, summary
+from ._placement import placement_notes
 from ._rank import clip_phrase, progress_phrase, runs, seed_picks
 
 #: With fewer seeds than this the report says how rare a divergence could hide.
@@ -255,28 +256,6 @@ def _agreement(
     return agreeing, len(picks), picks, undecided
 
 
-def equivalence_notes(scores: pd.DataFrame, best: pd.Series) -> list[str]:
-    """One sentence per class that the driver marked as changing nothing for this configuration.
-
-    A trial marked ``equivalent_to`` one of the recommendation's trials whose
-    black list differs only by some classes is the same computation: those
-    classes already compute in float32 (e.g. the loss under
-    ``loss_placement: outside``), so keeping them in the black list or not
-    makes no difference.
-    """
-    ids = set(str(best["trial_ids"]).split())
-    dup = scores[~scores["ranked"] & scores["equivalent_to"].isin(ids)]
-    notes = []
-    for extra in sorted({tuple(sorted(set(b) ^ set(best["black_list"]))) for b in dup["black_list"]}):
-        if extra and best["amp_level"] != "O0":
-            names = ", ".join(extra)
-            notes.append(
-                f"class {names} already computes in float32 under loss_placement {best['loss_placement']}: the "
-                f"configurations with and without it are the same computation (marked `equivalent_to`)"
-            )
-    return notes
-
-
 def _recommended(
     ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series, kind: str, ctx: RankContext, placement: bool
 ) -> Recommendation:
@@ -329,7 +308,7 @@ def _recommended(
         code=snippets(best),
         localization=culprit(ranking, best),
         loss_placement=str(best["loss_placement"]) if placement else None,
-        notes=equivalence_notes(scores, best),
+        notes=placement_notes(ranking, scores),
     )
 
 

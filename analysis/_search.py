@@ -63,7 +63,7 @@ def search_section(log: SearchLog) -> Section:
     """'How the answer was found': the rounds, the minimal set, the confirmation, the cost."""
     section = Section("How the answer was found (search: adaptive)")
     for family in log.families:
-        head = f"{family.amp_level}, {family.dtype}, loss scale {family.loss_scale}: "
+        head = f"{family.amp_level}, {family.dtype}, loss scale {family.loss_scale}, loss {family.loss_placement}: "
         section.blocks.append(Paragraph(head + (family.conclusion or "not finished"), lead="Search"))
         section.blocks.append(_family_table(family))
         if family.confirmed is not None:

@@ -56,15 +56,21 @@ class TrialConfig:
     seed: int
     workload_args: dict[str, Any] = field(default_factory=dict)
     layer_every: int = 50
-    #: ``inside``: the loss cell is cast with the network (a cast ``WithLossCell``)
-    loss_placement: str = "inside"
+    #: ``outside``: the network alone is cast and the loss runs in float32 on its
+    #: output (``Model``, a hand-written loop); ``inside``: a cast ``WithLossCell``
+    loss_placement: str = "outside"
     #: replay a trial that broke to name the Cell that did (costs seconds per broken trial)
     localize: bool = True
 
     def canonical(self) -> dict[str, Any]:
         data = asdict(self)
         data["black_list"] = sorted(self.black_list)
-        return {key: data[key] for key in _IDENTITY_FIELDS}
+        canonical = {key: data[key] for key in _IDENTITY_FIELDS}
+        # ``inside`` was the only placement before the axis existed: it stays out of
+        # the hash so those sweeps keep their trial ids and resume as they were
+        if self.loss_placement != "inside":
+            canonical["loss_placement"] = self.loss_placement
+        return canonical
 
     @property
     def trial_id(self) -> str:
@@ -73,7 +79,9 @@ class TrialConfig:
     @property
     def graph_id(self) -> str:
         data = self.canonical()
-        graph = {key: data[key] for key in _GRAPH_FIELDS}
+        graph = {key: data[key] for key in _GRAPH_FIELDS if key in data}
+        if "loss_placement" in data:
+            graph["loss_placement"] = data["loss_placement"]
         graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind  # the value is state, not graph
         return _short_hash(graph)
 
@@ -81,4 +89,5 @@ class TrialConfig:
     def label(self) -> str:
         black = "+".join(self.black_list) or "-"
         clip = "off" if self.clip is None else f"{self.clip:g}"
-        return f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} {self.dtype} seed={self.seed}"
+        loss = "" if self.loss_placement == "outside" else f" loss={self.loss_placement}"
+        return f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} {self.dtype}{loss} seed={self.seed}"

@@ -21,3 +21,21 @@ class NetworkWithLoss(nn.Cell):
 
     def construct(self, *batch: Any) -> Any:
         return self.loss_fn(self.network(*batch[:-1]), batch[-1])
+
+
+def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> NetworkWithLoss:
+    """``(*inputs, label) -> loss`` cast for the trial's AMP policy and ``loss_placement``.
+
+    ``outside`` casts the network alone: AMP hands its output back in float32,
+    so the loss runs in float32 on it — what ``Model(net, loss_fn, opt,
+    amp_level=...)`` (``amp.build_train_network``) and a hand-written
+    ``loss_fn(amp.auto_mixed_precision(net)(x), y)`` do. ``inside`` casts the
+    network together with its loss, as when a ``WithLossCell`` is cast as a
+    whole: the loss computes in low precision unless its class is black-listed.
+    """
+    from ._amp import apply_amp, known_layer_types, resolve_black_list
+
+    black_list = resolve_black_list(config.black_list, known_layer_types([network, loss_fn]))
+    if config.loss_placement == "outside":
+        return NetworkWithLoss(apply_amp(network, config.amp_level, black_list, config.dtype), loss_fn)
+    return apply_amp(NetworkWithLoss(network, loss_fn), config.amp_level, black_list, config.dtype)

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ._amp import apply_amp, known_layer_types, resolve_black_list
 from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._trainer import _make_scaler as make_scaler
+from ._step import make_scaler
 from ._trainer import seed_everything
 from ._workload import build_workload
 
@@ -47,15 +46,11 @@ class _Replay:
         import mindspore as ms
         from mindspore.common import dtype as mstype
 
-        from ._loss_cell import NetworkWithLoss
+        from ._loss_cell import cast_for_trial
 
         seed_everything(config.seed)
         workload = build_workload(workload_ref, config.seed, config.workload_args)
-        known = known_layer_types([workload.network, workload.loss_fn])
-        black_list = resolve_black_list(config.black_list, known)
-        self.loss_cell = apply_amp(
-            NetworkWithLoss(workload.network, workload.loss_fn), config.amp_level, black_list, config.dtype
-        )
+        self.loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
         self.params = self.optimizer.parameters

@@ -18,7 +18,7 @@ import yaml
 from ._config import FailurePolicy, RunConfig
 from ._plan import SweepPlan
 from ._spec import SweepSpec, parse_spec, read_spec
-from ._workload_check import check_workload
+from ._workload_check import WorkloadFacts, check_workload
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +69,8 @@ class Sweep:
 
     def __init__(self, spec: Mapping[str, Any] | SweepSpec, *, base_dir: str | Path | None = None) -> None:
         self.spec: SweepSpec = spec if isinstance(spec, SweepSpec) else parse_spec(dict(spec))
-        self.workload_ref: str = check_workload(self.spec, Path(base_dir) if base_dir else None)
+        self.workload: WorkloadFacts = check_workload(self.spec, Path(base_dir) if base_dir else None)
+        self.workload_ref: str = self.workload.reference
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Sweep:
@@ -86,7 +87,7 @@ class Sweep:
         return yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
 
     def plan(self) -> SweepPlan:
-        return SweepPlan.from_spec(self.spec, self.workload_ref)
+        return SweepPlan.from_spec(self.spec, self.workload_ref, self.workload.loss_only_classes)
 
     def run(self, out: str | Path, config: RunConfig | None = None, **overrides: Any) -> SweepResult:
         """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""

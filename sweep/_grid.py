@@ -14,8 +14,14 @@ def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
     """Every point of the product of the axes, in a deterministic order, without duplicates."""
     grid = spec.grid
     trials: dict[str, TrialConfig] = {}
-    for level, black, clip, scale, dtype, seed in itertools.product(
-        grid.amp_level, grid.black_list, grid.clip, grid.loss_scale, grid.dtype, grid.seed
+    for level, black, clip, scale, dtype, placement, seed in itertools.product(
+        grid.amp_level,
+        grid.black_list,
+        grid.clip,
+        grid.loss_scale,
+        grid.dtype,
+        grid.loss_placement,
+        grid.seed,
     ):
         config = TrialConfig(
             workload=spec.workload,
@@ -30,26 +36,45 @@ def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
             loss_scale=scale,
             dtype=dtype,
             seed=seed,
+            loss_placement=placement,
         )
         trials.setdefault(config.trial_id, config)
     return list(trials.values())
 
 
-def equivalents(trials: list[TrialConfig]) -> dict[str, str]:
+def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozenset()) -> dict[str, str]:
     """Map each trial that computes exactly what another does to that other trial.
 
     O0 casts nothing, so under O0 the black list and the low-precision dtype
-    change nothing: those trials still run (they are cheap evidence that the
-    baseline is reproducible) but the ranking must not count them twice.
+    change nothing. Under ``loss_placement: outside`` the loss cell is never
+    cast, so black-listing a class that lives only in the loss (``loss_classes``)
+    changes nothing either. Those trials still run (cheap evidence that the
+    equivalence holds) but the ranking must not count them twice.
     """
     by_id = {t.trial_id: t for t in trials}
+    result = _o0_equivalents(trials, by_id)
+    for trial in trials:
+        if trial.trial_id in result or trial.loss_placement != "outside" or trial.amp_level == "O0":
+            continue
+        kept = tuple(name for name in trial.black_list if name not in loss_classes)
+        if kept != trial.black_list:
+            base = replace(trial, black_list=kept)
+            if base.trial_id in by_id:
+                result[trial.trial_id] = base.trial_id
+    return result
+
+
+def _o0_equivalents(trials: list[TrialConfig], by_id: dict[str, TrialConfig]) -> dict[str, str]:
+    """Under O0 nothing is cast: black list, dtype and loss placement change nothing."""
     canonical_dtype = {t.dtype for t in trials if t.amp_level == "O0"}
     first_dtype = "float16" if "float16" in canonical_dtype else min(canonical_dtype, default="float16")
+    placements = {t.loss_placement for t in trials if t.amp_level == "O0"}
+    first_placement = "outside" if "outside" in placements else min(placements, default="outside")
     result: dict[str, str] = {}
     for trial in trials:
         if trial.amp_level != "O0":
             continue
-        base = replace(trial, black_list=(), dtype=first_dtype)
+        base = replace(trial, black_list=(), dtype=first_dtype, loss_placement=first_placement)
         if base.trial_id != trial.trial_id and base.trial_id in by_id:
             result[trial.trial_id] = base.trial_id
     return result

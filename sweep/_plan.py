@@ -22,9 +22,11 @@ class SweepPlan:
     equivalent_to: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_spec(cls, spec: SweepSpec, workload_ref: str) -> SweepPlan:
+    def from_spec(
+        cls, spec: SweepSpec, workload_ref: str, loss_only_classes: frozenset[str] = frozenset()
+    ) -> SweepPlan:
         trials = expand_grid(spec)
-        return cls(spec.name, workload_ref, spec.devices, trials, equivalents(trials))
+        return cls(spec.name, workload_ref, spec.devices, trials, equivalents(trials, loss_only_classes))
 
     @property
     def graphs(self) -> int:

@@ -42,7 +42,7 @@ from ampsweep_contracts import (
     part_path,
     trial_row_path,
 )
-from jobs import TrialConfig, build_workload, network_cell_types
+from jobs import TrialConfig
 
 from ._config import RunConfig
 from ._grid import equivalents
@@ -75,15 +75,16 @@ class AdaptiveSearch:
     # trials -------------------------------------------------------------------
     def _trial(
         self,
-        level: str,
+        family: SearchFamily,
         black: list[str],
         clip: float | None,
-        scale: str,
-        dtype: str,
         seed: int,
         steps: int | None = None,
+        level: str | None = None,
     ) -> TrialConfig:
+        """A probe of ``family`` (or, with ``level="O0"``, its FP32 baseline)."""
         spec = self.spec
+        level = level or family.amp_level
         return TrialConfig(
             workload=spec.workload,
             workload_args=dict(spec.workload_args),
@@ -94,9 +95,10 @@ class AdaptiveSearch:
             amp_level=level,
             black_list=tuple(black),
             clip=clip,
-            loss_scale=scale,
-            dtype=dtype,
+            loss_scale=family.loss_scale if level != "O0" else "none",
+            dtype=family.dtype,
             seed=seed,
+            loss_placement=family.loss_placement,
         )
 
     def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> None:
@@ -109,7 +111,8 @@ class AdaptiveSearch:
         else:
             planned = trials
         name = self.spec.name if target is self.store else CONFIRM_FOLDER
-        plan = SweepPlan(name, self.sweep.workload_ref, self.spec.devices, planned, equivalents(planned))
+        same = equivalents(planned, self.sweep.workload.loss_only_classes)
+        plan = SweepPlan(name, self.sweep.workload_ref, self.spec.devices, planned, same)
         out = self.out if target is self.store else self.store.root
         done = run_sweep(plan, self.sweep.resolved_yaml(), out, self.config)
         self.totals.ran += done.ran
@@ -157,10 +160,7 @@ class AdaptiveSearch:
     ) -> SearchRound:
         store = store or self.store
         seeds = seeds or self.seeds
-        trials = [
-            self._trial(family.amp_level, black, clip, family.loss_scale, family.dtype, seed, steps)
-            for seed in seeds
-        ]
+        trials = [self._trial(family, black, clip, seed, steps) for seed in seeds]
         self._run(trials, store)
         probe = SearchRound(
             round=len(family.rounds) + 1,
@@ -193,9 +193,7 @@ class AdaptiveSearch:
         steps: int | None = None,
         store: SweepStore | None = None,
     ) -> dict[int, TrialConfig]:
-        trials = {
-            seed: self._trial("O0", [], self.search_clip, "none", family.dtype, seed, steps) for seed in seeds
-        }
+        trials = {seed: self._trial(family, [], self.search_clip, seed, steps, level="O0") for seed in seeds}
         self._run(list(trials.values()), store)
         return trials
 
@@ -278,15 +276,15 @@ class AdaptiveSearch:
 
     def run(self) -> SweepRun:
         grid = self.spec.grid
-        workload = build_workload(self.sweep.workload_ref, self.seeds[0], self.spec.workload_args)
-        own = sorted(network_cell_types([workload.network, workload.loss_fn]))
+        own = list(self.sweep.workload.own_classes)
         self.log.candidate_classes = own
         families = [
-            SearchFamily(level, dtype, scale)
+            SearchFamily(level, dtype, scale, loss_placement=placement)
             for level in grid.amp_level
             if level != "O0"
             for dtype in grid.dtype
             for scale in grid.loss_scale
+            for placement in grid.loss_placement
         ]
         self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
         self.log.families = families

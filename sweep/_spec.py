@@ -19,6 +19,7 @@ from ampsweep_contracts import ReferenceFormError, parse_loss_scale, parse_refer
 from ._errors import SpecError
 
 AmpLevel = Literal["O0", "O1", "O2", "O3"]
+LossPlacement = Literal["outside", "inside"]
 DType = Literal["float16", "bfloat16"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -40,8 +41,13 @@ class Grid(BaseModel):
     loss_scale: list[str] = Field(default_factory=lambda: ["none"])
     dtype: list[DType] = Field(default_factory=lambda: ["float16"])
     seed: list[int] = Field(default_factory=lambda: [0])
+    #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
+    #: hand-written loop); ``inside``: the loss cell is cast with the network
+    loss_placement: list[LossPlacement] = Field(default_factory=lambda: ["outside"])
 
-    _check_nonempty = field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed")(
+    _check_nonempty = field_validator(
+        "amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement"
+    )(
         _nonempty
     )
 
@@ -60,7 +66,7 @@ class Grid(BaseModel):
             parse_loss_scale(value)  # its ValueError names what is allowed
         return values
 
-    @field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed")
+    @field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement")
     @classmethod
     def _no_repeats(cls, values: list[Any]) -> list[Any]:
         # a repeated value is almost always a typo (1.0 for 1.5): refuse, do not de-duplicate

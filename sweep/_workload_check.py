@@ -7,6 +7,7 @@ worker starts.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs import WorkloadError, build_workload, known_layer_types, network_cell_types, resolve_reference
@@ -15,8 +16,20 @@ from ._errors import SpecError
 from ._spec import SweepSpec
 
 
-def check_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
-    """Return the workload reference resolved for every process, or raise ``SpecError``."""
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What the driver learns from building the workload once."""
+
+    #: the reference, resolved so it means the same file in every process
+    reference: str
+    #: the workload's own Cell classes (network and loss), what a black list may name
+    own_classes: tuple[str, ...]
+    #: classes found only in the loss: under ``loss_placement: outside`` they compute in float32 anyway
+    loss_only_classes: frozenset[str]
+
+
+def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
+    """Resolve and build the workload once, check the black-list names; or raise ``SpecError``."""
     try:
         reference = resolve_reference(spec.workload, spec_dir)
     except WorkloadError as exc:
@@ -42,4 +55,6 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
                     name,
                     f"known layer types: {own} (or any Cell class in mindspore.nn)",
                 )
-    return reference
+    in_network = set(network_cell_types([workload.network]))
+    in_loss = set(network_cell_types([workload.loss_fn]))
+    return WorkloadFacts(reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network))

@@ -83,7 +83,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    for line in Sweep.from_yaml(args.spec).plan().lines():
+    sweep = Sweep.from_yaml(args.spec)
+    if sweep.spec.search == "adaptive":
+        grid = sweep.spec.grid
+        print(
+            f"{sweep.name}: search: adaptive — trials are chosen round by round: FP32 baselines on "
+            f"{len(grid.seed)} seeds, then each of {', '.join(level for level in grid.amp_level if level != 'O0')} with "
+            f"MindSpore's default black list, growing by the localized class (at most {sweep.spec.search_rounds}), "
+            f"shrinking, then {len(grid.clip)} clip thresholds and a confirmation round"
+        )
+        return 0
+    for line in sweep.plan().lines():
         print(line)
     return 0
 

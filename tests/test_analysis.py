@@ -748,9 +748,13 @@ def test_equivalents_are_truncated(tmp_path: Path) -> None:
 
 
 def test_dynamic_scale_window_matches_trainer() -> None:
-    from jobs._trainer import DYNAMIC_SCALE_WINDOW
+    """The scaler the report recommends is the one the trainer ran."""
+    from jobs._step import make_scaler
 
-    assert analysis._code.DYNAMIC_SCALE_WINDOW == DYNAMIC_SCALE_WINDOW
+    scaler = make_scaler("dynamic")
+    row = {"amp_level": "O2", "black_list": (), "clip": float("nan"), "loss_scale": "dynamic", "dtype": "float16"}
+    window = int(scaler.scale_window)
+    assert f"amp.DynamicLossScaler(2**16, 2, {window})" in analysis.train_step_snippet(row)
 
 
 SNIPPET_NET = """
@@ -828,7 +832,29 @@ def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
             "loss_scale": "static:128",
             "dtype": "float16",
         },
+        # loss_placement outside: the network alone is cast, Model gets loss_fn itself
+        {
+            "amp_level": "O2",
+            "black_list": ("CustomNorm",),
+            "clip": float("nan"),
+            "loss_scale": "none",
+            "dtype": "float16",
+            "loss_placement": "outside",
+        },
+        {
+            "amp_level": "O2",
+            "black_list": (),
+            "clip": 1.0,
+            "loss_scale": "dynamic",
+            "dtype": "float16",
+            "loss_placement": "outside",
+        },
     ]
+    outside = analysis.snippets(configs[3])
+    assert "net = amp.custom_mixed_precision(net," in outside["train_step"]
+    assert "Model(net, loss_fn=loss_fn, optimizer=optimizer" in outside["model"]
+    inside = analysis.snippets(configs[0])["model"]
+    assert inside.index("nn.WithLossCell(net, loss_fn)") < inside.index("amp.custom_mixed_precision(net_with_loss")
     (tmp_path / "snippet_net.py").write_text(SNIPPET_NET)
     names = []
     for i, cfg in enumerate(configs):

@@ -260,8 +260,9 @@ def test_loss_placement_and_equivalence_note(tmp_path: Path) -> None:
     rec = a.kinds[0].recommendation
     assert rec.loss_placement == "outside" and rec.config["loss_placement"] == "outside"
     assert rec.notes == [
-        "class SoftmaxCrossEntropyWithLogits already computes in float32 under loss_placement outside: the "
-        "configurations with and without it are the same computation (marked `equivalent_to`)"
+        "black-listing SoftmaxCrossEntropyWithLogits changes nothing under `loss_placement: outside`: it "
+        "already computes in float32 there (the loss runs on the network's float32 output), so those trials "
+        "are marked `equivalent_to` the same configuration without it"
     ]
     text = analysis.render_markdown(a)
     assert "**Loss placement:** `outside`" in text and "already computes in float32" in text

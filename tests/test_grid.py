@@ -28,7 +28,11 @@ def _config(**overrides) -> TrialConfig:
 def test_trial_id_is_pinned():
     # a literal: if this changes, every existing results folder stops resuming
     assert _config().trial_id == TrialConfig(**{**_config().__dict__}).trial_id
-    assert _config().trial_id == "f6d5cc516b64"
+    # ``inside`` was the only placement before the axis existed: its ids did not change
+    assert _config(loss_placement="inside").trial_id == "f6d5cc516b64"
+    assert _config().loss_placement == "outside"
+    assert _config().trial_id not in ("f6d5cc516b64", _config(loss_placement="inside").trial_id)
+    assert _config().graph_id != _config(loss_placement="inside").graph_id
 
 
 def test_trial_id_is_the_same_in_a_fresh_process():

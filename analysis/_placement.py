@@ -1,0 +1,77 @@
+"""What the two loss placements say when both were run: is the overflow in the loss?
+
+``outside`` (the loss runs in float32 on the cast network's output, as
+``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do)
+and ``inside`` (a cast ``WithLossCell``: the loss computes in low precision)
+differ only in where the loss runs. A configuration stable outside but not
+inside overflows in its loss: a user who trains the ``outside`` way never
+sees that failure, and black-listing the loss class changes nothing for them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ._classes import TIER_UNSTABLE, clip_text
+
+_SAME = ["amp_level", "black_list_key", "clip", "loss_scale", "dtype", "device_kind"]
+_OUTSIDE_WORDS = "the loss runs in float32 on the network's output, as with `Model(net, loss_fn, opt)`"
+
+
+def _key(row: pd.Series) -> tuple:
+    return tuple("nan" if pd.isna(row[k]) else row[k] for k in _SAME)
+
+
+def _what(row: pd.Series) -> str:
+    listed = f"{row['black_list_key']} in FP32" if row["black_list_key"] != "[]" else "the default black list"
+    return f"{row['amp_level']} with {listed}, clip {clip_text(row['clip'])}"
+
+
+def loss_class_notes(scores: pd.DataFrame) -> list[str]:
+    """One sentence per class that ``outside`` makes pointless to black-list (the driver marked it)."""
+    marked = scores[
+        scores["equivalent_to"].notna() & (scores["loss_placement"] == "outside") & (scores["amp_level"] != "O0")
+    ]
+    if marked.empty:
+        return []
+    lists = scores.set_index("trial_id")["black_list"]
+    classes: set[str] = set()
+    for _, row in marked.iterrows():
+        target = lists.get(row["equivalent_to"])
+        if target is not None:
+            classes |= set(row["black_list"]) - set(target)
+    return [
+        f"black-listing {name} changes nothing under `loss_placement: outside`: it already computes in float32 "
+        "there (the loss runs on the network's float32 output), so those trials are marked `equivalent_to` the "
+        "same configuration without it"
+        for name in sorted(classes)
+    ]
+
+
+def placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = None) -> list[str]:
+    """One sentence per configuration whose verdict depends on where the loss runs."""
+    extra = loss_class_notes(scores) if scores is not None and "loss_placement" in scores else []
+    if "loss_placement" not in ranking or ranking["loss_placement"].nunique() < 2:
+        return extra
+    rows = ranking[ranking["amp_level"] != "O0"]
+    by_key: dict[tuple, dict[str, pd.Series]] = {}
+    for _, row in rows.iterrows():
+        by_key.setdefault(_key(row), {})[str(row["loss_placement"])] = row
+    notes = []
+    for pair in by_key.values():
+        outside, inside = pair.get("outside"), pair.get("inside")
+        if outside is None or inside is None:
+            continue
+        if outside["tier"] < TIER_UNSTABLE and inside["tier"] == TIER_UNSTABLE:
+            rate = f"{int(inside['n_diverged'] + inside['n_failed'])}/{int(inside['n_trials'])}"
+            notes.append(
+                f"{_what(inside)} diverges under `loss_placement: inside` ({rate} runs) but is stable under "
+                f"`outside` ({_OUTSIDE_WORDS}): the overflow is in the loss, which only a cast `WithLossCell` "
+                "computes in low precision"
+            )
+        elif inside["tier"] < TIER_UNSTABLE and outside["tier"] == TIER_UNSTABLE:
+            notes.append(
+                f"{_what(outside)} is stable under `loss_placement: inside` but not under `outside`: "
+                "computing the loss in float32 does not save it here"
+            )
+    return extra + notes

@@ -1,0 +1,244 @@
+"""The compiled training step of one graph, and the cache that reuses it across trials.
+
+Each graph comes in two compiled variants over the same parameters, optimizer
+and loss scaler: the *lean* one, which every ordinary step runs, returns only
+what the ``steps`` table needs; the *sampled* one, which runs on every
+``layer_every``-th step, adds the per-parameter gradient statistics of the
+``layers`` table. Both compute the update with the same operations, so which
+one ran a step never changes the trajectory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ampsweep_contracts import DYNAMIC_SCALE_WINDOW, parse_loss_scale
+
+from ._config import TrialConfig
+from ._workload import Workload
+
+_EPS = 1e-6
+_NO_CLIP = float(np.finfo(np.float32).max)
+# The sampled variant's second output: norm, max |g| and non-finite count, each per parameter.
+LEAN, SAMPLED = "lean", "sampled"
+
+
+def make_scaler(loss_scale: str) -> Any:
+    from mindspore import amp
+
+    scale = parse_loss_scale(loss_scale)
+    if scale.kind == "none":
+        return None
+    if scale.kind == "static":
+        return amp.StaticLossScaler(scale.initial)
+    # a window of 50 finite steps before doubling again (MindSpore's Model uses
+    # 2000) lets a few-hundred-step trial show the scale recover, not only fall
+    return amp.DynamicLossScaler(scale.initial, 2, DYNAMIC_SCALE_WINDOW)
+
+
+def _training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[str, str], Any]:
+    """Every Parameter a trial starts from: weights, optimizer state, loss-scaler state.
+
+    Keys carry their owner so an optimizer slot can never be confused with a
+    network parameter of the same name; parameters the optimizer merely
+    references (the network's own) are listed once, under the network.
+    """
+    state: dict[tuple[str, str], Any] = {}
+    seen: set[int] = set()
+    owners = [("net", loss_cell), ("opt", optimizer)]
+    for owner, cell in owners:
+        for _, param in cell.parameters_and_names():
+            if id(param) not in seen:
+                seen.add(id(param))
+                state[(owner, param.name)] = param
+    if scaler is not None:
+        for name, value in vars(scaler).items():
+            if type(value).__name__ == "Parameter":
+                state[("scaler", name)] = value
+    return state
+
+
+class CompiledStep:
+    """A network cast for one policy with its compiled training step, in two variants.
+
+    * ``step(clip, batch)`` -- the *lean* variant, for ordinary steps: loss,
+      pre-clip global norm, finite flag and loss scale as one 4-element vector,
+      plus the clip and the update. Nothing per parameter leaves the graph.
+    * ``step.sampled(clip, batch)`` -- the *sampled* variant, for the steps that
+      reach the ``layers`` table: the same vector and the same update, plus a
+      ``3 × params`` vector (per-parameter L2 norm, max |g|, non-finite count).
+
+    Both variants are built from one Python function, so they share the
+    parameters, the optimizer and the loss scaler, and compute loss, norm,
+    finite flag, clip factor and update with identical operations; the
+    statistics only read the gradients. A step's result is bit-identical
+    whichever variant ran it. Each variant compiles on its first call, so a
+    graph costs at most two compiles per worker; ``compiled`` says which have.
+
+    One instance serves every trial of its graph: ``reset`` loads a trial's
+    starting state into the compiled graphs instead of rebuilding them.
+    """
+
+    def __init__(self, config: TrialConfig, workload: Workload) -> None:
+        import mindspore as ms
+        from mindspore import ops
+        from mindspore.common import dtype as mstype
+
+        from ._loss_cell import cast_for_trial
+
+        loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
+        optimizer = workload.optimizer(workload.network.trainable_params())
+        params = optimizer.parameters
+        self.layer_names = [p.name for p in params]
+        scaler = make_scaler(config.loss_scale)
+        self._state = _training_state(loss_cell, optimizer, scaler)
+        self._reset_graph: Any = None
+        #: the variants that have compiled (run at least once) in this process
+        self.compiled: set[str] = set()
+        skips_nonfinite = scaler is not None
+        one = ms.Tensor(1.0, mstype.float32)
+        n_params = len(params)
+        segments = ms.Tensor(
+            np.repeat(np.arange(n_params), [int(np.prod(p.shape)) for p in params]).astype(np.int32)
+        )
+
+        def forward(*batch: Any) -> Any:
+            loss = loss_cell(*batch)
+            return scaler.scale(loss) if skips_nonfinite else loss
+
+        grad_fn = ms.value_and_grad(forward, None, params)
+
+        # The two variants share ``gradients`` and ``update`` (inlined into each
+        # graph), so loss, norm, clip factor and update are the same operations.
+        def gradients(clip: Any, *batch: Any) -> Any:
+            loss, grads = grad_fn(*batch)
+            if skips_nonfinite:
+                scale = scaler.scale_value.astype(mstype.float32)
+                loss = scaler.unscale(loss)
+                grads = scaler.unscale(grads)
+            else:
+                scale = one
+            # Per parameter, the sum of squares as a sequential float32 sum: the last
+            # element of a cumsum, bit for bit what ``unsorted_segment_sum`` over one
+            # flat vector gave (the layout before the lean step, whose numbers the
+            # tables keep), at a fraction of its cost on MindSpore's CPU backend.
+            squares = ops.stack(
+                [ops.cumsum(ops.square(g.astype(mstype.float32).reshape(-1)), 0)[-1] for g in grads]
+            )
+            norm = ops.sqrt(ops.reduce_sum(squares))
+            # finite: no gradient element is inf/NaN (either makes the sum of squares
+            # inf/NaN). The one difference to counting non-finite elements: finite
+            # gradients whose squares overflow float32 (|g| > ~1.8e19) count as
+            # non-finite; their clip factor would have been 0 anyway.
+            finite = ops.isfinite(norm)
+            return loss, grads, scale, squares, norm, finite
+
+        def update(clip: Any, loss: Any, grads: Any, scale: Any, norm: Any, finite: Any) -> Any:
+            # clipped exactly when norm > clip, which is what the steps table records
+            factor = ops.select(norm > clip, clip / (norm + _EPS), one)
+            clipped_grads = tuple(g * factor.astype(g.dtype) for g in grads)
+            if skips_nonfinite:
+                if finite:
+                    loss = ops.depend(loss, optimizer(clipped_grads))
+                loss = ops.depend(loss, scaler.adjust(finite))
+            else:
+                loss = ops.depend(loss, optimizer(clipped_grads))
+            return ops.stack([loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale])
+
+        def lean_step(clip: Any, *batch: Any) -> Any:
+            loss, grads, scale, _, norm, finite = gradients(clip, *batch)
+            return update(clip, loss, grads, scale, norm, finite)
+
+        def sampled_step(clip: Any, *batch: Any) -> Any:
+            loss, grads, scale, squares, norm, finite = gradients(clip, *batch)
+            head = update(clip, loss, grads, scale, norm, finite)
+            # the per-parameter statistics read the gradients and write nothing back
+            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+            absmax = ops.unsorted_segment_max(ops.abs(flat), segments, n_params)
+            bad = ops.unsorted_segment_sum(
+                ops.logical_not(ops.isfinite(flat)).astype(mstype.float32), segments, n_params
+            )
+            return head, ops.concat([ops.sqrt(squares), absmax, bad])
+
+        self._lean = ms.jit(lean_step)
+        self._sampled = ms.jit(sampled_step)
+        self._tensor = ms.Tensor
+        self._float32 = mstype.float32
+
+    def reset(self, config: TrialConfig, fresh: Workload) -> None:
+        """Load the state a fresh process would start this trial from.
+
+        Values come from a freshly built workload (the factory's own
+        initialisation for this seed, a new optimizer, a new loss scaler) and
+        are assigned *inside* a compiled function: assigning from Python does
+        not reach a graph that is already compiled.
+        """
+        import mindspore as ms
+        from mindspore import ops
+
+        from ._loss_cell import NetworkWithLoss
+
+        source_optimizer = fresh.optimizer(fresh.network.trainable_params())
+        source = _training_state(
+            NetworkWithLoss(fresh.network, fresh.loss_fn), source_optimizer, make_scaler(config.loss_scale)
+        )
+        if source.keys() != self._state.keys():
+            missing = sorted(set(self._state) ^ set(source))[:3]
+            raise RuntimeError(f"the workload built a different set of parameters this time: {missing}")
+        keys = list(self._state)
+        values = tuple(
+            ms.Tensor(source[key].asnumpy().astype(self._state[key].asnumpy().dtype)) for key in keys
+        )
+        if self._reset_graph is None:
+            targets = [self._state[key] for key in keys]
+
+            def assign_all(*new_values: Any) -> Any:
+                done = new_values[0]
+                for target, value in zip(targets, new_values):
+                    done = ops.depend(done, ops.assign(target, value))
+                return done
+
+            self._reset_graph = ms.jit(assign_all)
+        self._reset_graph(*values)
+
+    def clip_tensor(self, clip: float | None) -> Any:
+        return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
+
+    def __call__(self, clip: Any, batch: tuple[Any, ...]) -> Any:
+        """One ordinary step (lean variant): the 4-element metric vector."""
+        self.compiled.add(LEAN)
+        return self._lean(clip, *batch)
+
+    def sampled(self, clip: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
+        """One step that reaches ``layers``: the same vector, and the per-parameter statistics."""
+        self.compiled.add(SAMPLED)
+        return self._sampled(clip, *batch)
+
+
+class GraphCache:
+    """Compiled steps kept by one worker process, one per graph id.
+
+    Trials that differ only in clip threshold, seed or static scale value
+    share a graph; a worker compiles each graph once and resets it per trial.
+    """
+
+    def __init__(self) -> None:
+        self._steps: dict[tuple[str, str], CompiledStep] = {}
+
+    def step_for(
+        self, config: TrialConfig, workload_ref: str, workload: Workload
+    ) -> tuple[CompiledStep, bool]:
+        """The compiled step for this trial, and whether it was reused."""
+        key = (workload_ref, config.graph_id)
+        step = self._steps.get(key)
+        if step is not None:
+            step.reset(config, workload)
+            return step, True
+        step = CompiledStep(config, workload)
+        self._steps[key] = step
+        return step, False
+
+    def forget(self, config: TrialConfig, workload_ref: str) -> None:
+        self._steps.pop((workload_ref, config.graph_id), None)
