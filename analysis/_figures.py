@@ -302,7 +302,7 @@ def layer_maxima(
     ax.grid(alpha=0.3, which="both")
     more = len(peak) - len(chosen)
     caption = (
-        "Largest absolute gradient per parameter at the sampled steps (and every anomalous step) of one diverged "
+        "Largest absolute gradient per parameter at the sampled steps (every layer_every-th) of one diverged "
         "trial."
         + (" x marks a non-finite gradient." if shown_bad else "")
         + (
