@@ -222,6 +222,7 @@ def _case_table(c: dict[str, Any]) -> list[str]:
     outside = c["sweep_phase"] * WORKERS - c["sum_wall"]
     rows = [
         ("Trials (graphs), steps run", f"{len(t)} ({t['graph_id'].nunique()}), {c['steps_run']:,}"),
+        ("Outcomes", ", ".join(f"{k} {v}" for k, v in sorted(t["outcome"].value_counts().items()))),
         ("`ampsweep run` end to end", f"{cli.wall_s:.1f} s"),
         ("Bare, per graph: ms/step", step_ms),
         ("Bare, per graph: compile s (for comparison; not in the limit)", compile_s),
@@ -239,6 +240,17 @@ def _case_table(c: dict[str, Any]) -> list[str]:
         ("Compiles vs distinct (worker, graph) pairs", f"{c['n_compiles']} vs {c['pairs']}" + (f" ({'; '.join(c['extra'][:3])})" if c["extra"] else "")),
     ]
     return ["| | value |", "|---|---:|"] + [f"| {a} | {b} |" for a, b in rows]
+
+
+def _pairs_without_compile(trials: Any) -> str:
+    """Which (worker, graph) pairs recorded no compile, with their trials' outcomes and attempts."""
+    notes = []
+    for (worker, graph), rows in trials.groupby(["worker_index", "graph_id"]):
+        if not (rows["compile_s"] > 0).any():
+            outcomes = ", ".join(f"{k} {v}" for k, v in rows["outcome"].value_counts().items())
+            attempts = int(rows["attempts"].max()) if "attempts" in rows else 1
+            notes.append(f"worker {worker}, graph {graph}: {len(rows)} trial(s), {outcomes}, attempts ≤ {attempts}")
+    return ("No compile recorded for " + "; ".join(notes) + ".") if notes else ""
 
 
 def _why_over(c: dict[str, Any]) -> str:
@@ -302,7 +314,11 @@ def run(tiny: bool = False) -> str:
         if c["ratio"] > TARGET_RATIO:
             lines += [f"Sweep-phase target missed. {_why_over(c)}", ""]
         if c["n_compiles"] != c["pairs"]:
-            lines += [f"Compiles target missed: {c['n_compiles']} compiles for {c['pairs']} (worker, graph) pairs.", ""]
+            lines += [
+                f"Compiles target missed: {c['n_compiles']} compiles for {c['pairs']} (worker, graph) pairs. "
+                + _pairs_without_compile(c["cli"].trials),
+                "",
+            ]
     if tiny:
         lines += ["The realistic-model case is left out at the tiny size.", ""]
     elif not have_mindcv():

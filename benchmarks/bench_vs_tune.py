@@ -138,7 +138,7 @@ def tune_trainable(config: dict[str, Any]) -> None:
         )
         report_s += time.perf_counter() - reported
         steps += 1
-        bad_run = bad_run + 1 if nonfinite else 0
+        bad_run = 0 if np.isfinite(loss) else bad_run + 1  # ampsweep's rule: the loss non-finite
         if bad_run >= ABORT_AFTER:
             break
     done = time.time()
