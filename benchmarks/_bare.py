@@ -28,7 +28,10 @@ BLOCK = 25
 def _config(graph: dict[str, Any]) -> Any:
     from jobs import TrialConfig
 
+    placement = graph.get("loss_placement")
+    extra = {"loss_placement": placement} if isinstance(placement, str) else {}
     return TrialConfig(
+        **extra,
         workload=graph["workload"],
         steps=graph["steps"],
         abort_after=10**6,
@@ -48,7 +51,10 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
 
     from jobs import build_workload
     from jobs._batches import to_tensors
-    from jobs._trainer import CompiledStep
+    try:  # the step moved to its own module; older trees keep it in the trainer
+        from jobs._step import CompiledStep
+    except ImportError:
+        from jobs._trainer import CompiledStep
 
     config = _config(graph)
     steps = int(graph["steps"])

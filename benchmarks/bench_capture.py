@@ -73,7 +73,10 @@ def _config(
 ) -> Any:
     from jobs import TrialConfig
 
+    # the bare loops cast network and loss together (NetworkWithLoss), so ampsweep's step must too
+    placement = {"loss_placement": "inside"} if hasattr(TrialConfig, "loss_placement") else {}
     return TrialConfig(
+        **placement,
         workload=workload,
         workload_args=dict(workload_args or {}),
         steps=ROUND_STEPS,
@@ -246,7 +249,9 @@ class Variant:
 
 def _variants(config: Any, keys: Sequence[str] | None = None) -> tuple[list[Variant], int]:
     """The loops to time (``keys``: a subset, each built only if asked for)."""
-    from jobs._trainer import BLOCK_STEPS, CompiledStep
+    from jobs._trainer import BLOCK_STEPS
+
+    CompiledStep = _compiled_step_class()
 
     wanted = set(keys or ("bare", "bare0d", "clip", "nocopy", "ampsweep"))
 
@@ -461,9 +466,16 @@ def where_the_time_goes(results: list[PolicyResult]) -> str:
 
 def _lean_step() -> bool:
     """Whether the trainer's step has a separate sampled variant (issue 12's lean step)."""
-    from jobs._trainer import CompiledStep
+    return hasattr(_compiled_step_class(), "sampled")
 
-    return hasattr(CompiledStep, "sampled")
+
+def _compiled_step_class() -> Any:
+    """``CompiledStep`` wherever this tree keeps it (its own module, or the trainer)."""
+    try:
+        from jobs._step import CompiledStep
+    except ImportError:
+        from jobs._trainer import CompiledStep
+    return CompiledStep
 
 
 def run(tiny: bool = False) -> str:

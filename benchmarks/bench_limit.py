@@ -91,6 +91,7 @@ def bare_times(spec: dict[str, Any], trials: Any, steps: int, tmp: Path) -> dict
             "black_list": list(row["black_list"]),
             "loss_scale": row["loss_scale"],
             "dtype": row["dtype"],
+            "loss_placement": row.get("loss_placement"),
             "steps": steps,
         }
     reference = spec["workload"]

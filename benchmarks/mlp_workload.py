@@ -6,9 +6,9 @@ entropy written the way it often is by hand, ``log(sum(exp(logits))) -
 logits[label]``, without subtracting the row maximum first. In float32 that is
 harmless at these logit sizes; in float16 ``exp`` overflows past about 11.1
 (65504 is the largest finite value), the sum is ``inf``, the loss is ``inf``
-and the softmax in its gradient is ``inf / inf = NaN``. Under O2 the loss cell
-is cast with the network (ampsweep computes the loss inside the cast cell), so
-O2 with the default black list diverges once the logits pass ~11, and keeping
+and the softmax in its gradient is ``inf / inf = NaN``. With the loss cast
+together with the network (``loss_placement: inside``, as a cast
+``WithLossCell`` does), O2 with the default black list diverges once the logits pass ~11, and keeping
 ``NaiveCrossEntropy`` in FP32 (``black_list: [[NaiveCrossEntropy]]``) fixes
 it. Nothing is injected and nothing branches on the AMP level.
 
