@@ -68,6 +68,7 @@ class AdaptiveSearch:
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
         self.totals = SweepRun(root=self.store.root, total=0, skipped=0, ran=0)
+        self.confirmed_trials = 0  # trials planned in the confirm/ sub-folder
         grid = self.spec.grid
         self.seeds = list(grid.seed)
         self.search_clip = None if None in grid.clip else grid.clip[0]
@@ -110,6 +111,7 @@ class AdaptiveSearch:
             planned = list(self.planned.values())
         else:
             planned = trials
+            self.confirmed_trials += len(trials)
         name = self.spec.name if target is self.store else CONFIRM_FOLDER
         same = equivalents(planned, self.sweep.workload.loss_only_classes)
         plan = SweepPlan(name, self.sweep.workload_ref, self.spec.devices, planned, same)
@@ -307,6 +309,6 @@ class AdaptiveSearch:
             if self.spec.confirm.seeds or self.spec.confirm.steps_factor > 1:
                 self._confirm(family, black)
             self._save()
-        self.totals.total = len(self.planned)
-        self.totals.skipped = self.totals.total - self.totals.ran
+        self.totals.total = len(self.planned) + self.confirmed_trials
+        self.totals.skipped = max(self.totals.total - self.totals.ran, 0)
         return self.totals
