@@ -33,8 +33,9 @@ install: $(STAMP)
 # headless Chromium for the report.html test (Debian's package); skipped where apt is unavailable
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
-	  echo "chromium could not be installed: the report.html browser test will be skipped"
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >.browser-install.log 2>&1 || \
+	  (tail -5 .browser-install.log; echo "chromium could not be installed: the report.html browser test will be skipped")
+	@rm -f .browser-install.log
 
 demo: $(STAMP)
 	$(BIN)/ampsweep run examples/seed_repro.yaml --out runs
