@@ -62,14 +62,14 @@ def make(
 ) -> Workload:
     """The factory a spec names as ``jobs.workloads.mindcv:make``; ``model`` is any mindcv model name."""
     try:
-        import mindcv
+        from mindcv.models import create_model
     except ImportError as exc:  # the optional extra is missing
         raise ImportError(
             "jobs.workloads.mindcv needs mindcv: pip install -e '.[models]' (mindcv==0.3.0)"
         ) from exc
     from mindspore import nn
 
-    network = mindcv.create_model(
+    network = create_model(
         model, pretrained=False, num_classes=num_classes, in_channels=3, **(model_args or {})
     )
     return Workload(
