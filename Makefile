@@ -28,6 +28,12 @@ $(OLDEST_STAMP): pyproject.toml
 	$(OLDEST_BIN)/$(PIP_INSTALL) -e '.[test]' 'mindspore==$(OLDEST_MINDSPORE)'
 	touch $@
 
+# `make bench` compares against Ray Tune and runs a realistic model: extras of their own
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/$(PIP_INSTALL) -e '.[test,bench,models]'
+	touch $@
+
 install: $(STAMP)
 
 # headless Chromium for the report.html test (Debian's package); skipped where apt is unavailable
@@ -56,7 +62,7 @@ test-oldest: $(OLDEST_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:

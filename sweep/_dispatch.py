@@ -44,6 +44,7 @@ class Slot:
     ordinal: int
     actor: Any = None
     ready: bool = False
+    busy: bool = False
     deaths: int = 0
     gone: bool = False
     graphs: set[str] = field(default_factory=set)
@@ -100,7 +101,8 @@ class Dispatcher:
         self.heartbeat = heartbeat
         self.attempts: dict[str, int] = {}
         self.in_flight: dict[Any, tuple[Slot, TrialConfig]] = {}
-        self.probes: dict[Any, Slot] = {}
+        #: readiness probe of a new actor -> its slot and that actor (a later replacement has another)
+        self.probes: dict[Any, tuple[Slot, Any]] = {}
         self.committed = committed_before
         self._early: list[TrialResult] | None = [] if options.fail_fast else None
         self._last_live = time.monotonic()
@@ -115,7 +117,7 @@ class Dispatcher:
         slot.actor = remote.remote(slot.index, setup)
         slot.ready = False
         slot.graphs.clear()
-        self.probes[slot.actor.info.remote()] = slot
+        self.probes[slot.actor.info.remote()] = (slot, slot.actor)
 
     def _give_up(self, slot: Slot) -> None:
         import ray
@@ -134,9 +136,13 @@ class Dispatcher:
         slot.graphs.add(config.graph_id)
         return config
 
-    def _dispatch(self, slot: Slot) -> None:
-        if not self.pending or slot.gone or not slot.ready:
+    def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
+        """Hand ``slot`` its next trial. ``before_ready``: queue it behind the actor's start (used
+        for the first actors, whose devices the cluster just reported: every device gets a trial
+        even when some actors start much faster than others)."""
+        if not self.pending or slot.gone or slot.busy or not (slot.ready or before_ready):
             return
+        slot.busy = True
         config = self._take_for(slot)
         self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
         hint = self.baselines.for_trial(config) if config.amp_level != "O0" else None
@@ -191,6 +197,7 @@ class Dispatcher:
 
         for slot in self.slots:
             self._start_actor(slot)
+            self._dispatch(slot, before_ready=True)
         try:
             while self.in_flight or (self.pending and self.probes):
                 problem = watch.problem()
@@ -205,17 +212,21 @@ class Dispatcher:
                     continue
                 ref = ready[0]
                 if ref in self.probes:
-                    slot = self.probes.pop(ref)
+                    slot, actor = self.probes.pop(ref)
+                    if actor is not slot.actor:
+                        continue  # the probe of an actor already replaced
                     try:
                         ray.get(ref)
                     except (RayActorError, RayTaskError) as exc:
-                        self._actor_died(slot, exc)
+                        if not slot.busy:  # else its trial's failure replaces the actor
+                            self._actor_died(slot, exc)
                         continue
                     slot.ready = True
                     self._last_live = time.monotonic()
                     self._dispatch(slot)
                     continue
                 slot, config = self.in_flight.pop(ref)
+                slot.busy = False
                 try:
                     result = ray.get(ref)
                 except RayActorError as exc:
@@ -246,8 +257,9 @@ class Dispatcher:
                 "interrupted", self.committed, len(self.pending) + len(self.in_flight)
             ) from None
         finally:
-            for slot in self.probes.values():  # actors that never started (e.g. their node is gone)
-                self._give_up(slot)
+            for slot, actor in self.probes.values():  # actors that never started (e.g. their node is gone)
+                if actor is slot.actor:
+                    self._give_up(slot)
         if self._early:  # fewer trials than FAIL_FAST_TRIALS in the whole run
             early, self._early = self._early, None
             self._judge_early(early)
@@ -269,6 +281,6 @@ class Dispatcher:
             self._last_live = time.monotonic()
             return
         if time.monotonic() - self._last_live > NO_ACTOR_TIMEOUT_S:
-            for slot in list(self.probes.values()):
+            for slot, _ in list(self.probes.values()):
                 self._give_up(slot)
             self.probes.clear()

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -154,30 +155,32 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
     assert "pulled 12 new trials" in pulled.stdout
     assert len(pd.read_parquet(tmp_path / "pulled" / "cluster" / "steps")) == 12 * 15
 
-    submitted = subprocess.run(
-        [
-            str(BIN / "ray"),
-            "job",
-            "submit",
-            "--address",
-            "http://127.0.0.1:8271",
-            "--working-dir",
-            str(outside),
-            "--",
-            sys.executable,
-            "-m",
-            "sweep",
-            "run",
-            "spec.yaml",
-            "--out",
-            str(tmp_path / "job"),
-            "--no-progress",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    submit = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        "--address",
+        "http://127.0.0.1:8271",
+        "--working-dir",
+        str(outside),
+        "--",
+        sys.executable,
+        "-m",
+        "sweep",
+        "run",
+        "spec.yaml",
+        "--out",
+        str(tmp_path / "job"),
+        "--no-progress",
+    ]
+    deadline = time.time() + 120
+    while True:
+        submitted = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
+        # the head's job agent starts a little after `ray start` returns, later on a loaded machine
+        busy = "No available agent" in submitted.stdout + submitted.stderr
+        if submitted.returncode == 0 or not busy or time.time() > deadline:
+            break
+        time.sleep(5)
     assert submitted.returncode == 0, (submitted.stdout + submitted.stderr)[-3000:]
     trials = pd.read_parquet(tmp_path / "job" / "cluster" / "trials")
     assert len(trials) == 12 and set(trials["outcome"]) == {"completed"}
