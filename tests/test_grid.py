@@ -7,22 +7,13 @@ import sys
 
 from jobs import TrialConfig
 from sweep import count_graphs, equivalents, expand_grid, parse_spec
+from tests._trial import trial_config
 
 
 def _config(**overrides) -> TrialConfig:
-    base = dict(
-        workload="jobs.workloads.seed_repro:make",
-        steps=300,
-        abort_after=10,
-        amp_level="O2",
-        black_list=("CustomNorm",),
-        clip=1.0,
-        loss_scale="none",
-        dtype="float16",
-        seed=0,
+    return trial_config(
+        **{"steps": 300, "abort_after": 10, "black_list": ("CustomNorm",), "clip": 1.0, **overrides}
     )
-    base.update(overrides)
-    return TrialConfig(**base)
 
 
 def test_trial_id_is_pinned():

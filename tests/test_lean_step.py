@@ -21,6 +21,7 @@ from jobs import TrialConfig, build_workload
 from jobs._batches import to_tensors
 from jobs._capture import sampled_steps
 from jobs._trainer import CompiledStep, GraphCache, run_trial, seed_everything
+from tests._trial import trial_config
 
 GOLDEN = Path(__file__).parent / "golden" / "lean_step.json"
 _SEED_REPRO = "jobs.workloads.seed_repro:make"
@@ -31,18 +32,13 @@ def _trial(**overrides: Any) -> TrialConfig:
         workload=_SEED_REPRO,
         steps=120,
         abort_after=10,
-        amp_level="O2",
         black_list=("CustomNorm",),
         clip=1.0,
-        loss_scale="none",
-        dtype="float16",
-        seed=0,
         layer_every=10,
         # the golden tables were made when the loss was always cast with the network
         loss_placement="inside",
     )
-    values.update(overrides)
-    return TrialConfig(**values)
+    return trial_config(**{**values, **overrides})
 
 
 #: The trials of the golden file. Changing one means regenerating it from pre-lean code.

@@ -15,6 +15,7 @@ import pytest
 from ampsweep_contracts import ANOMALIES_SCHEMA
 from jobs import TrialConfig
 from jobs._localize import REL_ERROR_THRESHOLD, localize
+from tests._trial import trial_config
 
 WORKLOADS = Path(__file__).parent / "workloads"
 FORWARD = f"{WORKLOADS / 'forward_overflow.py'}:make"
@@ -26,19 +27,7 @@ SILENT = "jobs.workloads.silent_norm:make"
 
 
 def _config(workload: str, **overrides) -> TrialConfig:
-    values = dict(
-        workload=workload,
-        steps=10,
-        abort_after=5,
-        amp_level="O2",
-        black_list=(),
-        clip=None,
-        loss_scale="none",
-        dtype="float16",
-        seed=0,
-    )
-    values.update(overrides)
-    return TrialConfig(**values)
+    return trial_config(workload=workload, **overrides)
 
 
 def _one_row(table: pa.Table) -> dict:

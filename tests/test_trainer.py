@@ -9,25 +9,16 @@ from jobs import TrialConfig, build_workload
 from jobs._batches import to_tensors
 from jobs._capture import is_clipped
 from jobs._trainer import CompiledStep, _first_abort, run_trial
+from tests._trial import trial_config
 from tests.linear_workload import numpy_gradient
 
 LINEAR = "tests.linear_workload:make"
 
 
 def _config(clip: float | None, **overrides) -> TrialConfig:
-    values = dict(
-        workload=LINEAR,
-        steps=3,
-        abort_after=2,
-        amp_level="O0",
-        black_list=(),
-        clip=clip,
-        loss_scale="none",
-        dtype="float16",
-        seed=0,
+    return trial_config(
+        **{"workload": LINEAR, "steps": 3, "abort_after": 2, "amp_level": "O0", "clip": clip, **overrides}
     )
-    values.update(overrides)
-    return TrialConfig(**values)
 
 
 def _one_step(
