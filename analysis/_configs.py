@@ -185,6 +185,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["loss_spikes_median"] = _nanmedian(num["loss_spikes"][idx])
         row["p90_grad_norm_median"] = _nanmedian(num["p90_grad_norm"][idx])
         row["n_black_listed"] = len(row["black_list"])
+        row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)
     return pd.DataFrame(rows)

@@ -219,6 +219,17 @@ CRITERIA: tuple[Criterion, ...] = (
         show=lambda r: str(int(r["n_black_listed"])),
     ),
     Criterion(
+        "loss_inside",
+        "loss placement",
+        "loss_inside",
+        rule=(
+            "The loss outside the cast (`loss_placement: outside`, as `Model(net, loss_fn, opt)` and a "
+            "hand-written loop compute it) before inside: the training script then needs no change to where "
+            "its loss runs."
+        ),
+        show=lambda r: str(r.get("loss_placement", "inside")),
+    ),
+    Criterion(
         "config_id",
         "name",
         "config_id",
@@ -344,11 +355,11 @@ def placement(
         parts.append(
             f"tied with #{above_rank} on " + " and ".join(_tied_text(c, row, above) for c in tied_on)
         )
-    scores_tied = decided.name in ("n_black_listed", "config_id")
+    scores_tied = decided.name in ("n_black_listed", "loss_inside", "config_id")
     if decided.name == "config_id":
         parts.append(f"tied with #{above_rank} on every criterion; ordered by name")
     else:
-        if decided.name == "n_black_listed" and not tied_on:
+        if decided.name in ("n_black_listed", "loss_inside") and not tied_on:
             parts.append(f"tied with #{above_rank} on every score")
         where = "below it" if parts else f"below #{above_rank}"
         parts.append(f"{where} on {_decided_text(decided, row, above)}")
