@@ -27,12 +27,24 @@ from ampsweep_contracts import LOCK_FILE, part_path
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 ROOT = Path(__file__).parent.parent
+#: A floor of 5 ms (20 ms) under each step, so that a run is still going when a test
+#: interrupts it, however fast the machine.
+PACED = {"pause_s": 0.005}
+SLOW = {"pause_s": 0.02}
 
 
-def _spec(tmp_path: Path, workload: str = f"{TINY}:make", steps: int = 20, name: str = "rel", **grid) -> Path:
+def _spec(
+    tmp_path: Path,
+    workload: str = f"{TINY}:make",
+    steps: int = 20,
+    name: str = "rel",
+    workload_args: dict | None = None,
+    **grid,
+) -> Path:
     spec = {
         "name": name,
         "workload": workload,
+        "workload_args": workload_args or {},
         "steps": steps,
         "abort_after": 3,
         "grid": {"amp_level": ["O0", "O2"], "clip": [None, 1.0], "seed": [0], **grid},
@@ -81,7 +93,7 @@ def _assert_each_trial_once(root: Path, steps: int) -> pd.DataFrame:
 
 
 def test_driver_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
-    spec = _spec(tmp_path, steps=120, seed=[0, 1, 2])
+    spec = _spec(tmp_path, steps=120, workload_args=PACED, seed=[0, 1, 2])
     out = tmp_path / "killed"
     proc = _start(spec, out)
     _wait_for_rows(out, "rel", 3, proc)
@@ -107,7 +119,7 @@ def test_driver_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_ctrl_c_stops_quickly_and_says_how_to_resume(tmp_path):
-    spec = _spec(tmp_path, steps=400, seed=[0, 1, 2])
+    spec = _spec(tmp_path, steps=400, workload_args=PACED, seed=[0, 1, 2])
     out = tmp_path / "out"
     proc = _start(spec, out)
     _wait_for_rows(out, "rel", 1, proc)
@@ -126,7 +138,9 @@ def test_ctrl_c_stops_quickly_and_says_how_to_resume(tmp_path):
 
 
 def test_losing_the_local_ray_node_ends_the_run_with_a_resume_line(tmp_path):
-    spec = _spec(tmp_path, steps=2000, seed=[0, 1, 2])
+    # each trial takes >= 10 s whatever the machine's speed: the GCS needs ~15 s to call the
+    # node dead, and a sweep that finishes before that rightly exits 0
+    spec = _spec(tmp_path, steps=2000, workload_args=PACED, seed=[0, 1, 2])
     out = tmp_path / "out"
     proc = _start(spec, out)
     _wait_for_rows(out, "rel", 1, proc)
@@ -147,13 +161,13 @@ def test_losing_the_local_ray_node_ends_the_run_with_a_resume_line(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    resumed = _run(_spec(tmp_path, steps=2000, seed=[0, 1, 2]), out)
+    resumed = _run(spec, out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert len(pd.read_parquet(out / "rel" / "trials")) == 12
 
 
 def test_a_second_driver_is_refused_and_a_stale_lock_is_not(tmp_path):
-    spec = _spec(tmp_path, steps=300, seed=[0, 1])
+    spec = _spec(tmp_path, steps=300, workload_args=SLOW, seed=[0, 1])
     out = tmp_path / "out"
     first = _start(spec, out)
     _wait_for_rows(out, "rel", 1, first)
@@ -167,7 +181,7 @@ def test_a_second_driver_is_refused_and_a_stale_lock_is_not(tmp_path):
     lock = out / "rel" / LOCK_FILE
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": 2**22 + 12345, "started_at": "then",
                                 "heartbeat": time.time(), "running": []}))
-    extended = _spec(tmp_path, steps=300, seed=[0, 1, 2])
+    extended = _spec(tmp_path, steps=300, workload_args=SLOW, seed=[0, 1, 2])
     again = _run(extended, out)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "4 trials run" in again.stdout and "8 already done" in again.stdout, "only the new seed runs"

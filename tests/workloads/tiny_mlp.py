@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mindspore import nn
 
@@ -31,19 +33,21 @@ class TinyNet(nn.Cell):
         return self.fc2(self.act(self.scale(self.fc1(x))))
 
 
-def _batches(seed: int):
+def _batches(seed: int, pause_s: float):
     rng = np.random.default_rng(seed)
     while True:
+        if pause_s:  # a floor under each step, so a failure test outlasts Ray's failure detection
+            time.sleep(pause_s)
         y = rng.integers(0, 3, 16)
         x = rng.normal(0, 1, (16, 8)).astype(np.float32) + y[:, None].astype(np.float32)
         yield x, y.astype(np.int32)
 
 
-def make(seed: int, hidden: int = 16, lr: float = 0.05) -> Workload:
+def make(seed: int, hidden: int = 16, lr: float = 0.05, pause_s: float = 0.0) -> Workload:
     return Workload(
         network=TinyNet(hidden),
         loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
         optimizer=lambda params: nn.SGD(params, learning_rate=lr),
-        batches=_batches(seed),
+        batches=_batches(seed, pause_s),
         target_loss=0.8,
     )
