@@ -82,6 +82,9 @@ def _node_id() -> str:
     try:
         import ray
 
-        return ray.get_runtime_context().get_node_id()[:12]
-    except Exception:  # outside Ray (tests call the class directly)
-        return socket.gethostname()
+        # asking an uninitialized Ray for its context would start a local cluster
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()[:12]
+    except Exception:  # noqa: BLE001 - outside Ray (tests call the class directly)
+        pass
+    return socket.gethostname()
