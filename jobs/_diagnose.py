@@ -10,12 +10,17 @@ result stands, with no anomaly row.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pyarrow as pa
 
 from ampsweep_contracts import ANOMALIES_SCHEMA, learns_clearly_worse
 
 from ._result import Outcome, TrialResult
+
+if TYPE_CHECKING:
+    from ._step import GraphCache
 
 
 def localize_mode(result: TrialResult, fp32_final_loss: float | None) -> tuple[str, int | None] | None:
@@ -31,8 +36,17 @@ def localize_mode(result: TrialResult, fp32_final_loss: float | None) -> tuple[s
     return None
 
 
-def diagnose(result: TrialResult, workload_ref: str, fp32_final_loss: float | None) -> pa.Table:
-    """The ``anomalies`` table of one finished trial: zero or one row."""
+def diagnose(
+    result: TrialResult,
+    workload_ref: str,
+    fp32_final_loss: float | None,
+    graphs: GraphCache | None = None,
+) -> pa.Table:
+    """The ``anomalies`` table of one finished trial: zero or one row.
+
+    ``graphs``: the worker's compiled steps, so the replay can run the steps it
+    need not look at on the trial's own graph instead of compiling one.
+    """
     wanted = localize_mode(result, fp32_final_loss)
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
@@ -46,6 +60,7 @@ def diagnose(result: TrialResult, workload_ref: str, fp32_final_loss: float | No
             mode=mode,
             device_target=result.placement.device_target,
             until_step=until_step,
+            graphs=graphs,
         )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +50,9 @@ from ampsweep_contracts import ANOMALIES_SCHEMA
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
 from ._replay import _ensure_pynative, _Finding, _fp32, _parameter_owner, _Replay, _restore_mode
+
+if TYPE_CHECKING:
+    from ._step import CompiledStep, GraphCache
 
 MODES = ("nonfinite", "departure")
 #: A Cell whose input gradient overflowed while its forward output was finite but this many
@@ -77,7 +80,6 @@ UNTIL_LEAD = 5
 #: A compiled prefix only pays off past this many steps: compiling a small
 #: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
 JIT_PREFIX_MIN_STEPS = 30
-
 
 
 def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:
@@ -131,14 +133,37 @@ def _backward_culprit(probe: CellProbe, bad_params: list[str]) -> tuple[Event, l
     return event, [f"caught on the gradient of parameter {param!r} (this Cell's input needs no gradient)"]
 
 
-def _nonfinite(config: TrialConfig, workload_ref: str, limit: int, until_step: int | None) -> _Finding | None:
+def _skip_ahead(
+    config: TrialConfig, workload_ref: str, limit: int, steps: int, compiled: CompiledStep | None
+) -> tuple[_Replay, int | None]:
+    """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
+
+    On the worker's own compiled graph of the trial when there is one (no
+    compile, the trial's arithmetic); otherwise compiled anew.
+    """
+    replay = _Replay(config, workload_ref, limit)
+    if compiled is not None:
+        try:
+            return replay, replay.fast_forward(compiled, steps)
+        except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
+            replay = _Replay(config, workload_ref, limit)
+    return replay, replay.jit_prefix(steps)
+
+
+def _nonfinite(
+    config: TrialConfig,
+    workload_ref: str,
+    limit: int,
+    until_step: int | None,
+    graphs: GraphCache | None = None,
+) -> _Finding | None:
     """Replay under the trial's policy to the first non-finite step; see the module docstring."""
     prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
-    if prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
+    compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
+    if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
         prefix = 0
-    replay = _Replay(config, workload_ref, limit)
-    early = replay.jit_prefix(prefix)
-    if early is not None:  # this compile diverged earlier than the trial's: look at every step
+    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled)
+    if early is not None:  # the prefix diverged earlier than the trial did: look at every step
         replay = _Replay(config, workload_ref, limit)
         prefix = 0
     probe = replay.attach(CellProbe(backward=True))
@@ -183,22 +208,28 @@ def _nonfinite(config: TrialConfig, workload_ref: str, limit: int, until_step: i
     return finding
 
 
-def _fp32_twin(config: TrialConfig, workload_ref: str, finding: _Finding) -> CellProbe | None:
+def _fp32_twin(
+    config: TrialConfig, workload_ref: str, finding: _Finding, graphs: GraphCache | None = None
+) -> CellProbe | None:
     """What every Cell did at the finding's step in an FP32 replay from the same start.
 
-    Steps before it run without hooks (compiled when there are many: FP32 is
-    not what is examined, and float32 rounding differences between jit and
+    Steps before it run without hooks (on the worker's compiled FP32 graph when
+    it has one, else compiled anew when there are many: FP32 is not what is examined, and float32 rounding differences between jit and
     PyNative do not matter for a magnitude); the step itself runs in PyNative
     with hooks.
     """
-    replay = _Replay(_fp32(config), workload_ref, finding.step + 1)
+    fp32 = _fp32(config)
+    compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
+    if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
+        replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled)
+        if early is not None:
+            replay.close()
+            return None  # FP32 itself went non-finite before that step
+    else:
+        replay = _Replay(fp32, workload_ref, finding.step + 1)
+        for _ in range(finding.step):
+            replay.step(next(replay.batches))
     try:
-        if finding.step >= JIT_PREFIX_MIN_STEPS:
-            if replay.jit_prefix(finding.step) is not None:
-                return None  # FP32 itself went non-finite before that step
-        else:
-            for _ in range(finding.step):
-                replay.step(next(replay.batches))
         probe = replay.attach(CellProbe(backward=finding.event.phase == "backward"))
         batch = next(replay.batches)
         probe.start()
@@ -330,6 +361,7 @@ def localize(
     device_target: str = "CPU",
     max_steps: int | None = None,
     until_step: int | None = None,
+    graphs: GraphCache | None = None,
 ) -> pa.Table:
     """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
 
@@ -339,7 +371,9 @@ def localize(
     non-finite step, if known: the replay then stops ``UNTIL_MARGIN`` steps
     after it instead of running the whole trial. ``max_steps`` caps the replay
     (default: ``config.steps``; departure: the last of ``DEPARTURE_CHECKS``
-    that fits). ``device_target`` only goes into the note: the caller (the
+    that fits). ``graphs``: the worker's compiled steps; steps the replay need
+    not look at then run on the trial's own graph, without compiling again.
+    ``device_target`` only goes into the note: the caller (the
     actor) has already selected the device; no backend-specific tool is used.
     """
     if mode not in MODES:
@@ -351,10 +385,11 @@ def localize(
             limit = config.steps if max_steps is None else min(max_steps, config.steps)
             if until_step is not None:
                 limit = min(limit, until_step + 1 + UNTIL_MARGIN)
-            finding = _nonfinite(config, workload_ref, limit, until_step)
+            finding = _nonfinite(config, workload_ref, limit, until_step, graphs)
             if finding is None:
                 return _table([])
-            _compare_with_fp32(finding, finding.forward, _fp32_twin(config, workload_ref, finding))
+            twin = _fp32_twin(config, workload_ref, finding, graphs)
+            _compare_with_fp32(finding, finding.forward, twin)
             if config.amp_level != "O0":
                 finding.note.append(
                     "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "

@@ -17,7 +17,7 @@ import numpy as np
 from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._step import make_scaler
+from ._step import CompiledStep, make_scaler
 from ._trainer import seed_everything
 from ._workload import build_workload
 
@@ -50,6 +50,8 @@ class _Replay:
 
         seed_everything(config.seed)
         workload = build_workload(workload_ref, config.seed, config.workload_args)
+        self.config = config
+        self.workload = workload
         self.loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
@@ -114,6 +116,29 @@ class _Replay:
 
         self._compiled = ms.jit(train_step)
         return self._run_compiled(steps)
+
+    def fast_forward(self, compiled: CompiledStep, steps: int) -> int | None:
+        """Run the next ``steps`` batches with the trial's own compiled graph, then continue here.
+
+        The worker compiled that graph for the trial itself, so this costs no
+        compile and follows the trial's arithmetic bit for bit; afterwards the
+        graph's weights, optimizer slots and loss scale are copied into this
+        replay's PyNative network. Returns the first step whose loss or
+        gradients were non-finite (the replay then cannot start past it), or None.
+        """
+        if steps <= 0:
+            return None
+        compiled.reset(self.config, self.workload)
+        clip = compiled.clip_tensor(self.config.clip)
+        for index in range(steps):
+            batch = next(self.batches, None)
+            if batch is None:
+                return None
+            loss, _, finite, _ = compiled(clip, batch).asnumpy()
+            if not (np.isfinite(loss) and finite > 0.5):
+                return index
+        compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
+        return None
 
     def _run_compiled(self, steps: int) -> int | None:
         for index in range(steps):

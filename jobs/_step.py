@@ -203,6 +203,22 @@ class CompiledStep:
             self._reset_graph = ms.jit(assign_all)
         self._reset_graph(*values)
 
+    def copy_state_into(self, loss_cell: Any, optimizer: Any, scaler: Any) -> None:
+        """Hand this graph's current training state to a PyNative copy of the same trial.
+
+        A replay (``jobs._replay``) runs the steps it need not look at with this,
+        the trial's own already-compiled graph, then continues in PyNative from
+        exactly the weights, optimizer slots and loss scale the graph reached.
+        """
+        import mindspore as ms
+
+        target = _training_state(loss_cell, optimizer, scaler)
+        if target.keys() != self._state.keys():
+            missing = sorted(set(self._state) ^ set(target))[:3]
+            raise RuntimeError(f"the replay has a different set of parameters: {missing}")
+        for key, source in self._state.items():
+            target[key].set_data(ms.Tensor(source.asnumpy()))
+
     def clip_tensor(self, clip: float | None) -> Any:
         return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
 
@@ -239,6 +255,11 @@ class GraphCache:
         step = CompiledStep(config, workload)
         self._steps[key] = step
         return step, False
+
+    def compiled_for(self, config: TrialConfig, workload_ref: str) -> CompiledStep | None:
+        """This trial's graph if this process has already compiled its lean variant, else None."""
+        step = self._steps.get((workload_ref, config.graph_id))
+        return step if step is not None and LEAN in step.compiled else None
 
     def forget(self, config: TrialConfig, workload_ref: str) -> None:
         self._steps.pop((workload_ref, config.graph_id), None)

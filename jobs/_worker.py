@@ -73,7 +73,7 @@ class TrialWorker:
             workload_ref = str(reference.with_module(os.path.join(self.home, reference.module)))
         result = run_trial(config, workload_ref, self.placement, self.graphs)
         if config.localize:
-            result.anomalies = diagnose(result, workload_ref, fp32_final_loss)
+            result.anomalies = diagnose(result, workload_ref, fp32_final_loss, self.graphs)
         return result
 
 

@@ -125,3 +125,25 @@ def test_a_healthy_policy_does_not_depart(workload, black_list):
     table = localize(config, workload, mode="departure")
     assert table.schema.equals(ANOMALIES_SCHEMA)
     assert table.num_rows == 0, table.to_pylist()
+
+
+MLP = f"{Path(__file__).parent.parent / 'benchmarks' / 'mlp_workload.py'}:make"
+
+
+def test_the_worker_replays_the_steps_before_the_overflow_on_the_trials_own_graph():
+    # the hand-written cross entropy of this MLP overflows float16 after ~30 steps when cast
+    # with the network: long enough for a prefix, too short for a compile to pay off
+    from jobs._diagnose import diagnose
+    from jobs._step import GraphCache
+    from jobs._trainer import run_trial
+
+    config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")
+    graphs = GraphCache()
+    result = run_trial(config, MLP, None, graphs)
+    assert result.outcome == "diverged" and result.first_nonfinite_step is not None
+    plain = _one_row(localize(config, MLP, mode="nonfinite", until_step=result.first_nonfinite_step))
+    fast = _one_row(diagnose(result, MLP, None, graphs))
+    same = ("kind", "cell", "cell_class", "phase")
+    assert {k: fast[k] for k in same} == {k: plain[k] for k in same}
+    assert "replayed compiled" in fast["note"] and "replayed compiled" not in plain["note"]
+    assert abs(fast["replay_step"] - plain["replay_step"]) <= 5
