@@ -170,7 +170,6 @@ class Dispatcher:
 
     def _record(self, result: TrialResult) -> None:
         self._commit(result, self.attempts.get(result.trial_id, 1))
-        self.baselines.add(result.config, result.final_loss)
         self.committed += 1
         self.bar.finished(Outcome(result.outcome).value)
 
@@ -249,7 +248,13 @@ class Dispatcher:
                     )
                 else:
                     slot.deaths = 0
+                    # the next trial first, the Parquet commit after: the actor trains while
+                    # the driver writes (its seed's FP32 loss is known before it is handed out)
+                    self.baselines.add(result.config, result.final_loss)
+                    self._last_live = time.monotonic()
+                    self._dispatch(slot)
                     self._finish(result)
+                    continue
                 self._last_live = time.monotonic()
                 self._dispatch(slot)
         except KeyboardInterrupt:
