@@ -43,6 +43,11 @@ EXPECTED: dict[str, list[str]] = {
         "### Realistic model: mindcv resnet18",
     ],
     "bench_compiles": ["## Compiles per actor (bench_compiles)", "compiles** for", "| worker | trials |"],
+    "bench_localize": [
+        "## Localizing a broken trial (bench_localize)",
+        "| trial | first non-finite step |",
+        "**Median plain / cached:",
+    ],
     "bench_launcher": [
         "## Launcher: cost per trial, and dispatch at scale (bench_launcher)",
         "Launcher cost per trial, steady state",
@@ -90,7 +95,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
     out_dir = tmp_path_factory.mktemp("bench-sections")
     pool = ThreadPoolExecutor(max_workers=3)
     # the slowest first, so the pool's tail is short
-    order = ["bench_vs_tune", "bench_limit", "bench_launcher", "bench_capture", "bench_compiles", "bench_analysis"]
+    order = ["bench_vs_tune", "bench_limit", "bench_launcher", "bench_capture", "bench_compiles", "bench_localize", "bench_analysis"]
     futures = {name: pool.submit(_run_tiny, name, out_dir) for name in order if name not in SKIPPED}
     yield futures
     pool.shutdown(wait=True)
