@@ -49,10 +49,19 @@ from ampsweep_contracts import ANOMALIES_SCHEMA
 
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._replay import _ensure_pynative, _Finding, _fp32, _parameter_owner, _Replay, _restore_mode
+from ._replay import (
+    _copy_weights,
+    _ensure_pynative,
+    _Finding,
+    _fp32,
+    _parameter_owner,
+    _Replay,
+    _restore_mode,
+    _skip_ahead,
+)
 
 if TYPE_CHECKING:
-    from ._step import CompiledStep, GraphCache
+    from ._step import GraphCache
 
 MODES = ("nonfinite", "departure")
 #: A Cell whose input gradient overflowed while its forward output was finite but this many
@@ -131,23 +140,6 @@ def _backward_culprit(probe: CellProbe, bad_params: list[str]) -> tuple[Event, l
     stats = dataclasses.replace(forward.stats, finite=False)
     event = dataclasses.replace(forward, phase="backward", stats=stats)
     return event, [f"caught on the gradient of parameter {param!r} (this Cell's input needs no gradient)"]
-
-
-def _skip_ahead(
-    config: TrialConfig, workload_ref: str, limit: int, steps: int, compiled: CompiledStep | None
-) -> tuple[_Replay, int | None]:
-    """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
-
-    On the worker's own compiled graph of the trial when there is one (no
-    compile, the trial's arithmetic); otherwise compiled anew.
-    """
-    replay = _Replay(config, workload_ref, limit)
-    if compiled is not None:
-        try:
-            return replay, replay.fast_forward(compiled, steps)
-        except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
-            replay = _Replay(config, workload_ref, limit)
-    return replay, replay.jit_prefix(steps)
 
 
 def _nonfinite(
@@ -273,17 +265,6 @@ def _compare_with_fp32(finding: _Finding, policy_forward: Event | None, fp32: Ce
                 f"forward output finite at that step, max |x| {mine:.4g} "
                 f"({policy_forward.output_dtype}) vs {fp32_value:.4g} in FP32"
             )
-
-
-def _copy_weights(source: Any, target: Any) -> None:
-    """Give the FP32 twin the policy network's current weights (PyNative: ``set_data`` is enough)."""
-    import mindspore as ms
-
-    # by Parameter.name: AMP's wrappers add ``_backbone`` to the attribute path, not to the name
-    targets = {param.name: param for param in target.get_parameters()}
-    for param in source.get_parameters():
-        twin = targets[param.name]
-        twin.set_data(ms.Tensor(param.asnumpy().astype(twin.asnumpy().dtype)))
 
 
 def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:

@@ -213,3 +213,31 @@ def _restore_mode(mode: Any) -> None:
 
     if ms.get_context("mode") != mode:
         ms.set_context(mode=mode)
+
+
+def _skip_ahead(
+    config: TrialConfig, workload_ref: str, limit: int, steps: int, compiled: CompiledStep | None
+) -> tuple[_Replay, int | None]:
+    """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
+
+    On the worker's own compiled graph of the trial when there is one (no
+    compile, the trial's arithmetic); otherwise compiled anew.
+    """
+    replay = _Replay(config, workload_ref, limit)
+    if compiled is not None:
+        try:
+            return replay, replay.fast_forward(compiled, steps)
+        except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
+            replay = _Replay(config, workload_ref, limit)
+    return replay, replay.jit_prefix(steps)
+
+
+def _copy_weights(source: Any, target: Any) -> None:
+    """Give the FP32 twin the policy network's current weights (PyNative: ``set_data`` is enough)."""
+    import mindspore as ms
+
+    # by Parameter.name: AMP's wrappers add ``_backbone`` to the attribute path, not to the name
+    targets = {param.name: param for param in target.get_parameters()}
+    for param in source.get_parameters():
+        twin = targets[param.name]
+        twin.set_data(ms.Tensor(param.asnumpy().astype(twin.asnumpy().dtype)))
