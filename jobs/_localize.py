@@ -205,10 +205,10 @@ def _fp32_twin(
 ) -> CellProbe | None:
     """What every Cell did at the finding's step in an FP32 replay from the same start.
 
-    Steps before it run without hooks (on the worker's compiled FP32 graph when
-    it has one, else compiled anew when there are many: FP32 is not what is examined, and float32 rounding differences between jit and
-    PyNative do not matter for a magnitude); the step itself runs in PyNative
-    with hooks.
+    Steps before it run without hooks: on the worker's compiled FP32 graph when
+    it has one, else compiled anew when there are many (FP32 is not what is
+    examined, and float32 rounding differences between jit and PyNative do not
+    matter for a magnitude). The step itself runs in PyNative with hooks.
     """
     fp32 = _fp32(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None

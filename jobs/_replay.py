@@ -9,6 +9,7 @@ cast network's parameters), so what the hooks see is the trial's own run.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,22 +131,22 @@ class _Replay:
             return None
         compiled.reset(self.config, self.workload)
         clip = compiled.clip_tensor(self.config.clip)
-        for index in range(steps):
-            batch = next(self.batches, None)
-            if batch is None:
-                return None
-            loss, _, finite, _ = compiled(clip, batch).asnumpy()
-            if not (np.isfinite(loss) and finite > 0.5):
-                return index
-        compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
-        return None
+        # the lean step's vector is (loss, norm, finite, scale)
+        early = self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
+        if early is None:
+            compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
+        return early
 
     def _run_compiled(self, steps: int) -> int | None:
+        return self._first_nonfinite(steps, lambda batch: self._compiled(self._clip, *batch).asnumpy())
+
+    def _first_nonfinite(self, steps: int, loss_and_finite: Callable[[Any], np.ndarray]) -> int | None:
+        """Feed the next ``steps`` batches to a compiled step; the first whose loss or gradients were not finite."""
         for index in range(steps):
             batch = next(self.batches, None)
             if batch is None:
                 return None
-            loss, finite = self._compiled(self._clip, *batch).asnumpy()
+            loss, finite = loss_and_finite(batch)
             if not (np.isfinite(loss) and finite > 0.5):
                 return index
         return None

@@ -243,20 +243,15 @@ class Dispatcher:
                     continue
                 except RayTaskError as exc:  # the trial code is guarded; this is serialization etc.
                     text = str(exc).strip()
-                    self._finish(
-                        self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
-                    )
+                    result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
                 else:
                     slot.deaths = 0
-                    # the next trial first, the Parquet commit after: the actor trains while
-                    # the driver writes (its seed's FP32 loss is known before it is handed out)
-                    self.baselines.add(result.config, result.final_loss)
-                    self._last_live = time.monotonic()
-                    self._dispatch(slot)
-                    self._finish(result)
-                    continue
+                # the next trial first, the Parquet commit after: the actor trains while the
+                # driver writes (its seed's FP32 loss is known before the next trial is handed out)
+                self.baselines.add(result.config, result.final_loss)
                 self._last_live = time.monotonic()
                 self._dispatch(slot)
+                self._finish(result)
         except KeyboardInterrupt:
             raise Interrupted(
                 "interrupted", self.committed, len(self.pending) + len(self.in_flight)
