@@ -82,6 +82,11 @@ class TrialConfig:
         graph = {key: data[key] for key in _GRAPH_FIELDS if key in data}
         if "loss_placement" in data:
             graph["loss_placement"] = data["loss_placement"]
+        if self.amp_level == "O0":
+            # O0 casts nothing: every black list, dtype and loss placement builds the
+            # same FP32 graph, so a worker compiles it once for all of them
+            for key in ("black_list", "dtype", "loss_placement"):
+                graph.pop(key, None)
         graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind  # the value is state, not graph
         return _short_hash(graph)
 

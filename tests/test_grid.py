@@ -73,7 +73,7 @@ def test_grid_is_the_product_with_stable_ids():
     trials = expand_grid(spec)
     assert len(trials) == 2 * 2 * 2 * 2
     assert len({t.trial_id for t in trials}) == len(trials)
-    assert count_graphs(trials) == 4
+    assert count_graphs(trials) == 3  # O0 builds one FP32 graph whatever its black list
     assert [t.trial_id for t in trials] == [t.trial_id for t in expand_grid(spec)]
 
 

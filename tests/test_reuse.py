@@ -86,3 +86,19 @@ def test_dynamic_scale_falls_and_recovers_with_skipped_steps():
     lowest = int(np.argmin(scale))
     assert scale[lowest:].max() > scale[lowest], "and doubles again after a window of finite steps"
     assert np.isfinite(steps["loss"]).all()
+
+
+def test_o0_trials_share_one_graph_whatever_their_black_list_and_placement():
+    """O0 casts nothing: a black list, dtype or loss placement under O0 reuses the one FP32 graph."""
+    from dataclasses import replace
+
+    cache = GraphCache()
+    plain = replace(_config(seed=1, clip=None, loss_scale="none"), amp_level="O0", black_list=())
+    first = run_trial(plain, plain.workload, cache=cache)
+    target = replace(plain, seed=0, black_list=("CustomNorm",), loss_placement="inside", dtype="bfloat16")
+    assert target.graph_id == plain.graph_id and target.trial_id != plain.trial_id
+    reused = run_trial(target, target.workload, cache=cache)
+    assert first.compile_s > 0 and reused.compile_s == 0.0, "the O0 graph must be reused"
+    got = [reused.steps.column(name).to_pylist() for name in ("loss", "grad_norm", "loss_scale")]
+    got.append(reused.layers.column("grad_absmax").to_pylist())
+    assert json.dumps(got) == json.dumps(_fresh_process(target))
