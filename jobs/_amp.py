@@ -7,6 +7,7 @@ the trainer guarantees that by calling the workload factory per graph.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -52,12 +53,22 @@ def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> 
     replaces the default, it does not extend it); under O3 (cast everything)
     they are the whole black list.
     """
-    from mindspore import amp
     from mindspore.common import dtype as mstype
 
     if level == "O0":
         return cell
-    ms_dtype = getattr(mstype, dtype)
+    # O1's rewrite puts the network's source folder on sys.path and leaves it there: a
+    # later ``import mindcv`` in this process would find jobs/workloads/mindcv.py instead
+    path_before = list(sys.path)
+    try:
+        return _cast(cell, level, black_list, getattr(mstype, dtype))
+    finally:
+        sys.path[:] = path_before
+
+
+def _cast(cell: Any, level: str, black_list: Sequence[type], ms_dtype: Any) -> Any:
+    from mindspore import amp
+
     if not black_list:
         return amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
     if level == "O1":

@@ -2,8 +2,9 @@
 
 Trials are handed out one at a time (not pre-split), so no device idles while
 trials remain and a slow trial holds back nobody; an actor prefers trials of a
-graph it has compiled. A new actor first answers a probe, so an actor that can
-never start (its node was removed) holds no trial. What goes wrong is handled
+graph it has compiled, then a graph no other actor has (``next_trial``). A new
+actor first answers a probe, so an actor that can never start (its node was
+removed) holds no trial. What goes wrong is handled
 here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts``
 counts it), a trial that kills ``max_attempts`` workers (``failed``), a
 cluster that goes away (``ClusterLost``), a workload whose first trials all
@@ -62,6 +63,26 @@ def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
     """FP32 (O0) trials first: a broken workload shows on the baseline at once, and each
     mixed-precision trial can be judged against its seed's FP32 final loss."""
     return sorted(trials, key=lambda trial: trial.amp_level != "O0")
+
+
+def next_trial(pending: deque[TrialConfig], own: set[str], held: set[str]) -> int:
+    """Which queued trial an actor holding the graphs ``own`` runs next (its queue position).
+
+    A compile costs seconds, so an actor takes, in this order: a trial of a graph it
+    has compiled; one of a graph no other actor holds (so each graph is compiled by
+    as few actors as possible); else the head of the queue. The search never passes
+    an FP32 trial for a mixed-precision one, so baselines still run first.
+    """
+    phase = pending[0].amp_level != "O0"
+    fresh: int | None = None
+    for position, candidate in enumerate(pending):
+        if (candidate.amp_level != "O0") != phase:
+            break
+        if candidate.graph_id in own:
+            return position
+        if fresh is None and candidate.graph_id not in held:
+            fresh = position
+    return 0 if fresh is None else fresh
 
 
 def workload_frame(traceback_text: str | None) -> str:
@@ -128,11 +149,10 @@ class Dispatcher:
 
     # trials ---------------------------------------------------------------
     def _take_for(self, slot: Slot) -> TrialConfig:
-        for position, candidate in enumerate(self.pending):
-            if candidate.graph_id in slot.graphs:
-                del self.pending[position]
-                return candidate
-        config = self.pending.popleft()
+        held = set().union(*(other.graphs for other in self.slots if other is not slot and not other.gone))
+        position = next_trial(self.pending, slot.graphs, held)
+        config = self.pending[position]
+        del self.pending[position]
         slot.graphs.add(config.graph_id)
         return config
 
