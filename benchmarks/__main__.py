@@ -5,7 +5,9 @@ Ray session are process-wide, and a benchmark must not inherit another's. A
 run of some modules only replaces their sections of RESULTS.md and keeps the
 rest, so one benchmark can be redone without paying for all of them; each
 section carries its own date and load average, because on a shared machine
-those differ from section to section.
+those differ from section to section. Before each section the runner waits
+(a minute at most) for the CPUs to go quiet, so one benchmark does not time
+the previous one's shutdown.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections import deque
 from pathlib import Path
 
 from ._common import child_env
-from ._machine import load_average, machine_markdown, now_utc
+from ._machine import load_average, machine_markdown, now_utc, wait_for_quiet
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
@@ -60,6 +62,8 @@ def _run_child(name: str, out_file: Path, tiny: bool = False) -> None:
 
 def run_isolated(name: str) -> tuple[str, float, bool]:
     """Run one benchmark in a fresh interpreter; a failure becomes a section that says so."""
+    waited, busy = wait_for_quiet()
+    settled = f"CPUs {busy:.0%} busy after waiting {waited:.0f} s for them to settle" if busy is not None else ""
     started = time.perf_counter()
     load = load_average()
     when = now_utc()
@@ -86,7 +90,8 @@ def run_isolated(name: str) -> tuple[str, float, bool]:
                 f"## {name}\n\n**Failed** with exit code {child.returncode}; "
                 f"the last lines it printed:\n\n```\n{shown}\n```"
             )
-    stamp = f"_Measured {when}, took {elapsed:.0f} s; 1-minute load average at start {load}._"
+    stamp = f"_Measured {when}, took {elapsed:.0f} s; 1-minute load average at start {load}"
+    stamp += f" ({settled})._" if settled else "._"
     lines = body.splitlines()
     if lines and lines[0].startswith("#"):
         body = "\n".join([lines[0], "", stamp, *lines[1:]])

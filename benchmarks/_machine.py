@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -57,6 +58,43 @@ def load_average() -> str:
         return f"{os.getloadavg()[0]:.1f}"
     except OSError:
         return "n/a"
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies over all CPUs from ``/proc/stat``; None where there is none."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_for_quiet(
+    busy_below: float = 0.25, quiet_seconds: int = 3, max_wait: float = 60.0
+) -> tuple[float, float | None]:
+    """Wait until the CPUs are mostly idle for ``quiet_seconds`` in a row; return (waited s, last busy share).
+
+    A benchmark that starts while the previous one's processes still wind down
+    (a simulated Ray cluster takes a while to stop) measures that shutdown too.
+    The load average cannot tell: it lags by a minute. The busy share of the
+    CPUs, sampled each second, can. On a machine that never quiets (other
+    users) the wait ends after ``max_wait`` and the section says so.
+    """
+    started = time.monotonic()
+    previous = _cpu_times()
+    if previous is None:
+        return 0.0, None
+    quiet, busy = 0, 1.0
+    while quiet < quiet_seconds and time.monotonic() - started < max_wait:
+        time.sleep(1.0)
+        current = _cpu_times()
+        assert current is not None
+        spent = current[1] - previous[1]
+        busy = (current[0] - previous[0]) / spent if spent > 0 else 0.0
+        quiet = quiet + 1 if busy < busy_below else 0
+        previous = current
+    return time.monotonic() - started, busy
 
 
 def now_utc() -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from ._api import Sweep
 from ._config import RunConfig
 from ._errors import SpecError, SweepStopped
+from ._overlap import while_ray_stops
 from .devices import DEVICE_KINDS
 
 EXIT_USAGE = 2
@@ -138,7 +139,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
     else:
-        _print_top(Path(result.root), args.top)
+        while_ray_stops(lambda: _print_top(Path(result.root), args.top))
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import ray
 import yaml
 
 from sweep.cli import main
@@ -99,6 +100,7 @@ def test_bad_spec_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, spe
     assert lines[0].startswith(f"ampsweep: error: {field}: "), lines[0]
     assert "is not allowed;" in lines[0] and words in lines[0], lines[0]
     assert not out.exists(), "nothing is written for a bad spec"
+    assert not ray.is_initialized(), "a Ray started while the workload was checked is shut down again"
 
 
 def test_the_corpus_is_large_enough():

@@ -142,3 +142,14 @@ def test_mindcv_workload_builds_offline_and_runs_a_forward_pass() -> None:
     assert logits.shape == (2, 4)
     loss = workload.loss_fn(logits, Tensor(labels))
     assert np.isfinite(loss.asnumpy()).all()
+
+
+def test_waiting_for_quiet_cpus_ends_by_its_bound_and_reports_a_share() -> None:
+    from benchmarks._machine import wait_for_quiet
+
+    waited, busy = wait_for_quiet(busy_below=0.0, quiet_seconds=1, max_wait=2.0)  # 0 %: never quiet enough
+    if busy is None:  # no /proc/stat: nothing to wait on
+        assert waited == 0.0
+        return
+    assert 2.0 <= waited < 10.0, "a machine that never quiets ends the wait at max_wait"
+    assert 0.0 <= busy <= 1.0
