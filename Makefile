@@ -13,7 +13,7 @@ OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(OLDEST_MINDSPORE)
 # -qq keeps pip and the build backend's warnings out of the log; errors still print
 PIP_INSTALL = python -m pip install -qq --no-warn-script-location
 
-.PHONY: install browser demo test test-slow test-oldest lint bench clean
+.PHONY: install browser demo test test-slow test-oldest lint docs bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,8 +59,20 @@ test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_BIN)/ampsweep run examples/smoke.yaml --out runs/oldest --workers 2 --no-progress --top 4
 	$(OLDEST_BIN)/python .ci/check_trials.py runs/oldest/smoke $(OLDEST_MINDSPORE)
 
+# what CI checks besides the tests: formatting, lint rules, types of the contracts and the public API
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/$(PIP_INSTALL) -e '.[test,docs]'
+	touch $@
+
+# the mkdocs site (docs/, mkdocs.yml) into site/; --strict turns every warning into an error
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict --quiet
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks

@@ -1,4 +1,4 @@
-"""``python -m analysis DIR``: write the report without the full ``ampsweep`` CLI.
+"""``python -m ampsweep.analysis DIR``: write the report without the full ``ampsweep`` CLI.
 
 Kept dependency-free (argparse, no rich) so it runs wherever pyarrow does.
 """
@@ -12,7 +12,7 @@ from ._writer import write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ampsweep.analysis", description=__doc__)
     parser.add_argument(
         "sweep_dir",
         help="a sweep folder, OUT/<sweep-name> (local path or pyarrow.fs URI)",

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import ANOMALIES_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA
 
 from ._load import files_by_trial, resolve
 from ._model import Localization

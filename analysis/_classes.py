@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep_contracts import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
+from ampsweep.contracts import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
 
 from ._model import Fp32Reference
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep_contracts import DYNAMIC_SCALE_WINDOW
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW
 
 _DYNAMIC_DEFAULT = "2**16"
 _EPS = "1e-6"

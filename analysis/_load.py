@@ -3,7 +3,7 @@
 A sweep folder may be local or any URI ``pyarrow.fs`` understands, because
 results are often analysed straight from object storage after a cluster run.
 What counts as a finished file, where a trial's partition lives and what the
-plan holds are the contracts of :mod:`ampsweep_contracts`; this module only
+plan holds are the contracts of :mod:`ampsweep.contracts`; this module only
 applies them, so the store, ``pull`` and the report can never disagree.
 """
 
@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import (
+from ampsweep.contracts import (
     PLAN_FILE,
     TRIAL_PARTITION_KEY,
     TRIALS_SCHEMA,

@@ -130,7 +130,7 @@ class SweepAnalysis:
     reference: Fp32Reference
     inventory: Any  # analysis.SweepInventory (kept untyped so the model imports nothing)
     kinds: list[KindAnalysis] = field(default_factory=list)
-    #: ``ampsweep_contracts.SearchLog`` of a ``search: adaptive`` sweep, else None
+    #: ``ampsweep.contracts.SearchLog`` of a ``search: adaptive`` sweep, else None
     search: Any = None
 
     @property

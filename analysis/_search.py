@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ampsweep_contracts import SEARCH_FILE, SearchFamily, SearchLog, decode_search
+from ampsweep.contracts import SEARCH_FILE, SearchFamily, SearchLog, decode_search
 
 from ._blocks import Bullets, Paragraph, Section, Table
 from ._load import resolve

@@ -12,7 +12,7 @@ Rules fixed here (the report quotes them):
 * A step is *non-finite* when its ``nonfinite`` flag is set (loss or any
   gradient) or its loss is not finite; every other step is *finite*. The
   trial's *first non-finite step* is the contract's
-  :func:`ampsweep_contracts.first_nonfinite_step`: the first step whose
+  :func:`ampsweep.contracts.first_nonfinite_step`: the first step whose
   *loss* is non-finite (a gradient alone does not count).
 * *Clip rate* = finite steps with ``clipped`` / finite steps. Non-finite steps
   are excluded because their norm is meaningless, not because clipping fired.
@@ -23,7 +23,7 @@ Rules fixed here (the report quotes them):
 * *Steps to target* is the 1-based position of the step that completes the
   first window of ``TARGET_WINDOW`` consecutive steps whose mean loss is at or
   below the target. A non-finite loss makes its windows fail, as it should.
-* *Final loss* is the contract's :func:`ampsweep_contracts.final_loss`: the
+* *Final loss* is the contract's :func:`ampsweep.contracts.final_loss`: the
   mean of the finite losses over the last ``final_loss_rows(n)`` step rows.
 """
 
@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ampsweep_contracts import FINAL_FRACTION, final_loss_rows
+from ampsweep.contracts import FINAL_FRACTION, final_loss_rows
 
 from ._load import SweepLocation, files_by_trial, resolve
 

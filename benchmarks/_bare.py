@@ -26,7 +26,7 @@ BLOCK = 25
 
 
 def _config(graph: dict[str, Any]) -> Any:
-    from jobs import TrialConfig
+    from ampsweep.jobs import TrialConfig
 
     placement = graph.get("loss_placement")
     extra = {"loss_placement": placement} if isinstance(placement, str) else {}
@@ -49,12 +49,12 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
     import mindspore as ms
     import numpy as np
 
-    from jobs import build_workload
-    from jobs._batches import to_tensors
+    from ampsweep.jobs import build_workload
+    from ampsweep.jobs._batches import to_tensors
     try:  # the step moved to its own module; older trees keep it in the trainer
-        from jobs._step import CompiledStep
+        from ampsweep.jobs._step import CompiledStep
     except ImportError:
-        from jobs._trainer import CompiledStep
+        from ampsweep.jobs._trainer import CompiledStep
 
     config = _config(graph)
     steps = int(graph["steps"])

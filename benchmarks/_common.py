@@ -33,7 +33,7 @@ def child_env(**extra: str) -> dict[str, str]:
 def ampsweep_command() -> list[str]:
     """``ampsweep`` as installed next to this interpreter, else the module."""
     script = BIN / "ampsweep"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "sweep"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "ampsweep"]
 
 
 def dir_bytes(path: Path) -> dict[str, int]:

@@ -18,7 +18,7 @@ from typing import Any
 def _one_step_table() -> Any:
     import pyarrow as pa
 
-    from ampsweep_contracts import STEPS_SCHEMA
+    from ampsweep.contracts import STEPS_SCHEMA
 
     columns = {}
     for field in STEPS_SCHEMA:
@@ -48,7 +48,7 @@ class NoopTrialWorker:
         return {"worker_index": self.worker_index, "pid": os.getpid()}
 
     def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
-        from jobs import Outcome, Placement, TrialResult
+        from ampsweep.jobs import Outcome, Placement, TrialResult
 
         self.calls += 1
         placement = Placement(self.kind, self.target, worker_index=self.worker_index)

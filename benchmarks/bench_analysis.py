@@ -34,13 +34,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import STEPS_SCHEMA, TRIALS_SCHEMA, part_path, trial_row_path
+from ampsweep.contracts import STEPS_SCHEMA, TRIALS_SCHEMA, part_path, trial_row_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0
 TARGET_RSS_GIB = 2.0
 
-#: The store's own schemas (``ampsweep_contracts`` owns them; nothing here restates a column).
+#: The store's own schemas (``ampsweep.contracts`` owns them; nothing here restates a column).
 TRIAL_SCHEMA = TRIALS_SCHEMA
 STEP_SCHEMA = STEPS_SCHEMA
 
@@ -170,7 +170,8 @@ def write_sweep(root: Path, n_trials: int, steps: int, distinct_files: int | Non
 _ANALYSE = """
 import json, sys, time
 t0 = time.perf_counter()
-import analysis
+from ampsweep import analysis
+
 if sys.argv[2] == "report":
     analysis.write_report(sys.argv[1])
     print(json.dumps({"seconds": time.perf_counter() - t0}))

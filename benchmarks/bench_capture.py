@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-WORKLOAD = "jobs.workloads.seed_repro:make"
+WORKLOAD = "ampsweep.jobs.workloads.seed_repro:make"
 #: (AMP level, black list, dtype): the fixed configuration of the issue and the FP32 baseline.
 POLICIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("O2", ("CustomNorm",), "float16"),
@@ -71,7 +71,7 @@ def _config(
     workload: str = WORKLOAD,
     workload_args: dict[str, Any] | None = None,
 ) -> Any:
-    from jobs import TrialConfig
+    from ampsweep.jobs import TrialConfig
 
     # the bare loops cast network and loss together (NetworkWithLoss), so ampsweep's step must too
     placement = {"loss_placement": "inside"} if hasattr(TrialConfig, "loss_placement") else {}
@@ -94,7 +94,7 @@ def _fresh_workload(config: Any) -> Any:
     """Seeded exactly as ``run_trial`` seeds, so every loop starts from the same weights."""
     import mindspore as ms
 
-    from jobs import build_workload
+    from ampsweep.jobs import build_workload
 
     ms.set_seed(config.seed)
     np.random.seed(config.seed)
@@ -102,7 +102,7 @@ def _fresh_workload(config: Any) -> Any:
 
 
 def _batches(config: Any, count: int | None = None) -> list[tuple[Any, ...]]:
-    from jobs._batches import to_tensors
+    from ampsweep.jobs._batches import to_tensors
 
     stream = iter(_fresh_workload(config).batches)
     return [to_tensors(next(stream)) for _ in range(count or DISTINCT_BATCHES)]
@@ -112,8 +112,8 @@ def _bare_parts(config: Any) -> tuple[Any, Any]:
     """The user's own loop: loss cell cast for the policy, value_and_grad, optimizer."""
     import mindspore as ms
 
-    from jobs._amp import apply_amp, known_layer_types, resolve_black_list
-    from jobs._loss_cell import NetworkWithLoss
+    from ampsweep.jobs._amp import apply_amp, known_layer_types, resolve_black_list
+    from ampsweep.jobs._loss_cell import NetworkWithLoss
 
     workload = _fresh_workload(config)
     known = known_layer_types([workload.network, workload.loss_fn])
@@ -203,7 +203,7 @@ def loop_ampsweep(step: Any, clip: Any, batches: Sequence[tuple[Any, ...]]) -> f
     """
     from mindspore import ops
 
-    from jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs._trainer import BLOCK_STEPS
 
     sampled = getattr(step, "sampled", None)
     pending: list[Any] = []
@@ -249,7 +249,7 @@ class Variant:
 
 def _variants(config: Any, keys: Sequence[str] | None = None) -> tuple[list[Variant], int]:
     """The loops to time (``keys``: a subset, each built only if asked for)."""
-    from jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs._trainer import BLOCK_STEPS
 
     CompiledStep = _compiled_step_class()
 
@@ -472,9 +472,9 @@ def _lean_step() -> bool:
 def _compiled_step_class() -> Any:
     """``CompiledStep`` wherever this tree keeps it (its own module, or the trainer)."""
     try:
-        from jobs._step import CompiledStep
+        from ampsweep.jobs._step import CompiledStep
     except ImportError:
-        from jobs._trainer import CompiledStep
+        from ampsweep.jobs._trainer import CompiledStep
     return CompiledStep
 
 
@@ -486,7 +486,7 @@ def run(tiny: bool = False) -> str:
     """
     import mindspore as ms
 
-    from jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs._trainer import BLOCK_STEPS
 
     global ROUNDS, ROUND_STEPS, WARMUP_STEPS, DISTINCT_BATCHES
     if tiny:
@@ -551,7 +551,7 @@ def run(tiny: bool = False) -> str:
 
 # --- a model of realistic shape ------------------------------------------------------------------
 
-REALISTIC = "jobs.workloads.mindcv:make"
+REALISTIC = "ampsweep.jobs.workloads.mindcv:make"
 REALISTIC_ARGS = {"model": "resnet18", "batch": 8, "image": 32}
 REALISTIC_TINY_ARGS = {"model": "resnet18", "batch": 2, "image": 16}
 REALISTIC_ROUNDS = 3

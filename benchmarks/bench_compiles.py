@@ -24,7 +24,7 @@ WORKERS = 2
 def spec(tiny: bool) -> dict[str, Any]:
     return {
         "name": "compiles",
-        "workload": "jobs.workloads.seed_repro:make",
+        "workload": "ampsweep.jobs.workloads.seed_repro:make",
         "steps": 3 if tiny else 20,
         "grid": {
             "amp_level": ["O0", "O2"],
@@ -58,7 +58,7 @@ def run(tiny: bool = False) -> str:
         f"**{pairs} pairs** ({graphs} distinct graphs, {len(t)} trials on {t['worker_index'].nunique()} workers)."
         + (" _Tiny smoke-test size._" if tiny else ""),
         "",
-        f"The sweep: `jobs.workloads.seed_repro:make`, {raw['steps']} steps, "
+        f"The sweep: `ampsweep.jobs.workloads.seed_repro:make`, {raw['steps']} steps, "
         + " × ".join(f"{k} {v}" for k, v in raw["grid"].items())
         + f", through `ampsweep run --workers {WORKERS}`. A trial counts as a compile when its `compile_s` > 0. "
         f"Each compile took {compiled.min():.1f} … {compiled.max():.1f} s; "

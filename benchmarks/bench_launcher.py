@@ -42,7 +42,7 @@ def _log(message: str) -> None:
 
 def _sweep(raw: dict[str, Any], out: str, workers: int | None, **run: Any) -> tuple[float, Any]:
     """Run one sweep through the public API (``sweep.Sweep(...).run``); its wall time and result."""
-    from sweep import Sweep
+    from ampsweep.sweep import Sweep
 
     sweep = Sweep(raw)
     started = time.perf_counter()
@@ -66,7 +66,7 @@ def _reference_step_ms(out: str, steps: int = REFERENCE_STEPS) -> tuple[float, f
 
     raw = {
         "name": "bench-seed-repro-step",
-        "workload": "jobs.workloads.seed_repro:make",
+        "workload": "ampsweep.jobs.workloads.seed_repro:make",
         "steps": steps,
         "grid": {"amp_level": ["O2"], "black_list": [["CustomNorm"]], "clip": [None], "seed": [0]},
         "devices": "cpu",
@@ -93,7 +93,7 @@ def run_local(tiny: bool = False) -> str:
     import pandas as pd
     import ray
 
-    from sweep import start_ray
+    from ampsweep.sweep import start_ray
 
     trials_n = 6 if tiny else TRIALS
     reference_steps = 10 if tiny else REFERENCE_STEPS
@@ -193,14 +193,15 @@ def _actor_class_users() -> list[Any]:
     import importlib
     import pkgutil
 
-    import sweep
-    from jobs import TrialWorker
+    from ampsweep import sweep
+
+    from ampsweep.jobs import TrialWorker
 
     users = []
     for info in pkgutil.iter_modules(sweep.__path__):
         if info.name.startswith("__") or info.name == "cli":  # __main__ would run the CLI
             continue
-        module = importlib.import_module(f"sweep.{info.name}")
+        module = importlib.import_module(f"ampsweep.sweep.{info.name}")
         if getattr(module, "TrialWorker", None) is TrialWorker:
             users.append(module)
     if not users:
@@ -219,8 +220,8 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
     import ray
     from ray.cluster_utils import Cluster
 
-    from jobs import TrialWorker as real_worker
-    from sweep import SweepStore
+    from ampsweep.jobs import TrialWorker as real_worker
+    from ampsweep.sweep import SweepStore
 
     from ._noop_actor import NoopTrialWorker
 

@@ -3,7 +3,7 @@
 Two sweeps run through the real CLI (``ampsweep run SPEC --out TMP --workers 2
 --no-progress``, a child process): the demo (``examples/seed_repro.yaml`` as
 shipped) and a small sweep of a model of realistic shape
-(``jobs.workloads.mindcv:make``, resnet18), when mindcv is installed.
+(``ampsweep.jobs.workloads.mindcv:make``, resnet18), when mindcv is installed.
 
 **The limit** of a sweep on W workers is Σ over trials of (steps run × the
 pure step time of the trial's graph) / W, plus one compile of every distinct
@@ -60,7 +60,7 @@ def demo_spec(tiny: bool) -> dict[str, Any]:
 def mindcv_spec(tiny: bool) -> dict[str, Any]:
     return {
         "name": "mindcv-resnet18",
-        "workload": "jobs.workloads.mindcv:make",
+        "workload": "ampsweep.jobs.workloads.mindcv:make",
         "workload_args": {"model": "resnet18", "batch": 8, "image": 32} if not tiny else
         {"model": "resnet18", "batch": 2, "image": 16},
         "steps": 2 if tiny else 8,
@@ -161,7 +161,7 @@ def fixed_cost_parts(spec: dict[str, Any], tmp: Path) -> dict[str, float]:
     env = child_env()
     parts: dict[str, float] = {}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import sweep.cli"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", "import ampsweep.sweep.cli"], cwd=ROOT, env=env, check=True, capture_output=True)
     parts["python_and_cli_import_s"] = time.perf_counter() - started
     path = tmp / "plan-spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -307,7 +307,7 @@ def run(tiny: bool = False) -> str:
             + (", tiny grid" if tiny else "")
             + ")"
             if c["key"] == "demo"
-            else f"### Realistic model: `jobs.workloads.mindcv:make` {spec['workload_args']}, {spec['steps']} steps"
+            else f"### Realistic model: `ampsweep.jobs.workloads.mindcv:make` {spec['workload_args']}, {spec['steps']} steps"
         )
         lines += [title, "", *_case_table(c), ""]
         if c["cli"].error:
@@ -333,7 +333,7 @@ def run(tiny: bool = False) -> str:
         "",
         "| part | s |",
         "|---|---:|",
-        f"| Python start + `import sweep.cli` | {p['python_and_cli_import_s']:.1f} |",
+        f"| Python start + `import ampsweep.sweep.cli` | {p['python_and_cli_import_s']:.1f} |",
         f"| validation: `ampsweep plan` (imports, spec, building the workload once) minus the import | {p['plan_s'] - p['python_and_cli_import_s']:.1f} |",
         f"| `import ray` | {p['import_ray_s']:.1f} |",
         f"| `ray.init(address=\"local\")` | {p['ray_init_s']:.1f} |",

@@ -27,7 +27,7 @@ _SAME = ("kind", "cell", "cell_class", "phase")
 
 
 def _configs(tiny: bool) -> tuple[list[Any], list[Any]]:
-    from jobs import TrialConfig
+    from ampsweep.jobs import TrialConfig
 
     clips = [None] if tiny else [None, 1.0, 5.0]
     seeds = [0] if tiny else [0, 1]
@@ -46,9 +46,9 @@ def _configs(tiny: bool) -> tuple[list[Any], list[Any]]:
 def run(tiny: bool = False) -> str:
     import mindspore as ms
 
-    from jobs._diagnose import diagnose
-    from jobs._step import GraphCache
-    from jobs._trainer import run_trial
+    from ampsweep.jobs._diagnose import diagnose
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {(os.cpu_count() or 1) - 1})

@@ -24,7 +24,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 FEATURES = 16
 CLASSES = 10

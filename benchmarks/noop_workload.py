@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 from mindspore import nn
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 def make(seed: int) -> Workload:

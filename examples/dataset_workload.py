@@ -13,7 +13,7 @@ import numpy as np
 from mindspore import dataset as ds
 from mindspore import nn
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 class Classifier(nn.Cell):

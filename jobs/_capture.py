@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ampsweep_contracts import LAYERS_SCHEMA, STEPS_SCHEMA
+from ampsweep.contracts import LAYERS_SCHEMA, STEPS_SCHEMA
 
 from ._config import TrialConfig
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ampsweep_contracts import parse_loss_scale
+from ampsweep.contracts import parse_loss_scale
 
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ampsweep_contracts import ANOMALIES_SCHEMA, learns_clearly_worse
+from ampsweep.contracts import ANOMALIES_SCHEMA, learns_clearly_worse
 
 from ._result import Outcome, TrialResult
 

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ampsweep_contracts import ANOMALIES_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA
 
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ampsweep_contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
 
 from ._config import TrialConfig
 from ._placement import Placement

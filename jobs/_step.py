@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep_contracts import DYNAMIC_SCALE_WINDOW, parse_loss_scale
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, parse_loss_scale
 
 from ._config import TrialConfig
 from ._workload import Workload

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep_contracts import final_loss, first_nonfinite_step
+from ampsweep.contracts import final_loss, first_nonfinite_step
 
 from ._batches import batch_stream
 from ._capture import layers_table, steps_table

@@ -13,7 +13,7 @@ import socket
 import tempfile
 from typing import Any
 
-from ampsweep_contracts import parse_reference
+from ampsweep.contracts import parse_reference
 
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ampsweep_contracts import ReferenceFormError, parse_reference
+from ampsweep.contracts import ReferenceFormError, parse_reference
 
 
 @dataclass
@@ -117,6 +117,6 @@ def build_workload(reference: str, seed: int, workload_args: dict[str, Any]) -> 
     workload = load_factory(reference)(seed=seed, **workload_args)
     if not isinstance(workload, Workload):
         raise WorkloadError(
-            f"workload: {reference!r} returned {type(workload).__name__}, expected jobs.Workload"
+            f"workload: {reference!r} returned {type(workload).__name__}, expected ampsweep.Workload"
         )
     return workload

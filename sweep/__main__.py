@@ -1,4 +1,4 @@
-"""``python -m sweep`` is the ``ampsweep`` command."""
+"""``python -m ampsweep`` is the ``ampsweep`` command."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from ._workload_check import WorkloadFacts, check_workload
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis import SweepAnalysis
+    from ampsweep.analysis import SweepAnalysis
 
 
 @dataclass
@@ -42,19 +42,19 @@ class SweepResult:
 
     def trials(self) -> pd.DataFrame:
         """One row per committed trial (``analysis.load_trials``)."""
-        from analysis import load_trials
+        from ampsweep.analysis import load_trials
 
         return load_trials(self.root)
 
     def analyze(self) -> SweepAnalysis:
         """Scores, ranking and recommendation, computed once."""
-        from analysis import analyze
+        from ampsweep.analysis import analyze
 
         return analyze(self.root)
 
     def report(self, analysis: SweepAnalysis | None = None) -> Path:
         """Write ``report/`` (Markdown, HTML, JSON, CSV) and return its folder."""
-        from analysis import write_report
+        from ampsweep.analysis import write_report
 
         return Path(write_report(self.root, analysis=analysis or self.analyze()))
 
@@ -99,7 +99,7 @@ class Sweep:
         if self.spec.search == "adaptive":
             from ._search import AdaptiveSearch
 
-            done = AdaptiveSearch(self, str(out), config).run()
+            done = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config).run()
         else:
             done = run_sweep(self.plan(), self.resolved_yaml(), str(out), config)
         return SweepResult(done.root, done.total, done.skipped, done.ran, dict(done.outcomes))

@@ -6,7 +6,7 @@ far worse than its FP32 baseline (a silent float16 failure) is localized too.
 
 from __future__ import annotations
 
-from jobs import TrialConfig
+from ampsweep.jobs import TrialConfig
 
 
 class Baselines:

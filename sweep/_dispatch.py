@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
+from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
 
 from ._baselines import Baselines
 from ._config import FailurePolicy

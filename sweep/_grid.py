@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from jobs import TrialConfig
+from ampsweep.jobs import TrialConfig
 
 from ._spec import SweepSpec
 

@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from ampsweep_contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
-from jobs import Outcome, TrialResult
+from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
+from ampsweep.jobs import Outcome, TrialResult
 
 from ._config import FailurePolicy, RunConfig
 from ._dispatch import Dispatcher, DispatchOptions, Slot

@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from ampsweep_contracts import LOCK_FILE
+from ampsweep.contracts import LOCK_FILE
 
 from ._errors import SpecError
 from ._store import SweepStore

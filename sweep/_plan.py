@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampsweep_contracts import PlanEntry
-from jobs import TrialConfig
+from ampsweep.contracts import PlanEntry
+from ampsweep.jobs import TrialConfig
 
 from ._grid import count_graphs, equivalents, expand_grid
 from ._spec import SweepSpec

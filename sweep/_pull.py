@@ -15,7 +15,7 @@ from typing import Protocol
 
 import pyarrow.fs as pafs
 
-from ampsweep_contracts import (
+from ampsweep.contracts import (
     PER_TRIAL_TABLES,
     PLAN_FILE,
     SPEC_FILE,

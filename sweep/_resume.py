@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ampsweep_contracts import SPEC_FILE
+from ampsweep.contracts import SPEC_FILE
 
 from ._errors import SpecError
 from ._store import SweepStore

@@ -5,7 +5,7 @@ For each mixed-precision level (× dtype × loss scale) of the grid:
 1. **baseline** — FP32 (O0) on every seed: what "learns as well as FP32" means.
 2. **grow** — the level with MindSpore's default black list. While any seed
    diverges or fails silently (finite, but final loss beyond
-   ``ampsweep_contracts.silent_loss_limit`` of its seed's FP32), add the Cell
+   ``ampsweep.contracts.silent_loss_limit`` of its seed's FP32), add the Cell
    class the localization replays named most often, and run again (at most
    ``search_rounds`` classes).
 3. **shrink** — delta debugging: drop each added class whose removal keeps
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import (
+from ampsweep.contracts import (
     CONFIRM_FOLDER,
     SEARCH_FILE,
     SearchFamily,
@@ -42,7 +42,7 @@ from ampsweep_contracts import (
     part_path,
     trial_row_path,
 )
-from jobs import TrialConfig
+from ampsweep.jobs import TrialConfig
 
 from ._config import RunConfig
 from ._grid import equivalents
@@ -51,7 +51,8 @@ from ._plan import SweepPlan
 from ._store import SweepStore
 
 if TYPE_CHECKING:
-    from ._api import Sweep
+    from ._spec import SweepSpec
+    from ._workload_check import WorkloadFacts
 
 STABLE, DIVERGED, SILENT, FAILED = "stable", "diverged", "silent", "failed"
 
@@ -59,9 +60,12 @@ STABLE, DIVERGED, SILENT, FAILED = "stable", "diverged", "silent", "failed"
 class AdaptiveSearch:
     """One adaptive search over a validated sweep; ``run`` returns what ``Sweep.run`` returns."""
 
-    def __init__(self, sweep: Sweep, out: str, config: RunConfig) -> None:
-        self.sweep = sweep
-        self.spec = sweep.spec
+    def __init__(
+        self, spec: SweepSpec, workload: WorkloadFacts, resolved_yaml: str, out: str, config: RunConfig
+    ) -> None:
+        self.spec = spec
+        self.workload = workload
+        self.resolved_yaml = resolved_yaml
         self.out = out
         self.config = config
         self.store = SweepStore(out, self.spec.name)
@@ -113,10 +117,10 @@ class AdaptiveSearch:
             planned = trials
             self.confirmed_trials += len(trials)
         name = self.spec.name if target is self.store else CONFIRM_FOLDER
-        same = equivalents(planned, self.sweep.workload.loss_only_classes)
-        plan = SweepPlan(name, self.sweep.workload_ref, self.spec.devices, planned, same)
+        same = equivalents(planned, self.workload.loss_only_classes)
+        plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same)
         out = self.out if target is self.store else self.store.root
-        done = run_sweep(plan, self.sweep.resolved_yaml(), out, self.config)
+        done = run_sweep(plan, self.resolved_yaml, out, self.config)
         self.totals.ran += done.ran
         for outcome, count in done.outcomes.items():
             self.totals.outcomes[outcome] = self.totals.outcomes.get(outcome, 0) + count
@@ -260,7 +264,7 @@ class AdaptiveSearch:
 
     def _best_clips(self, family: SearchFamily, black: list[str], top: int) -> list[float | None]:
         """The clip thresholds of the ``top`` best configurations on ``black``, by the analysis ranking."""
-        from analysis import analyze
+        from ampsweep.analysis import analyze
 
         ranking = analyze(self.store.root).ranking
         mine = ranking[
@@ -278,7 +282,7 @@ class AdaptiveSearch:
 
     def run(self) -> SweepRun:
         grid = self.spec.grid
-        own = list(self.sweep.workload.own_classes)
+        own = list(self.workload.own_classes)
         self.log.candidate_classes = own
         families = [
             SearchFamily(level, dtype, scale, loss_placement=placement)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ampsweep_contracts import ReferenceFormError, parse_loss_scale, parse_reference
+from ampsweep.contracts import ReferenceFormError, parse_loss_scale, parse_reference
 
 from ._errors import SpecError
 

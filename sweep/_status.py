@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import PLAN_FILE, decode_plan, trial_row_path
+from ampsweep.contracts import PLAN_FILE, decode_plan, trial_row_path
 
 from ._lock import STALE_AFTER_S, read_lock
 from ._store import SweepStore

@@ -3,7 +3,7 @@
 Every file is written under a dot-prefixed temporary name (pyarrow.dataset
 skips those) and renamed into place; the ``trials/`` row is written last, so
 a trial counts as done exactly when that row exists (the rule and the paths
-are ``ampsweep_contracts``'s). Anything else under an uncommitted id is
+are ``ampsweep.contracts``'s). Anything else under an uncommitted id is
 debris and is replaced.
 """
 
@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ampsweep_contracts import PER_TRIAL_TABLES, committed_ids, part_path, trial_folder, trial_row_path
-from jobs import TrialConfig, TrialResult
+from ampsweep.contracts import PER_TRIAL_TABLES, committed_ids, part_path, trial_folder, trial_row_path
+from ampsweep.jobs import TrialConfig, TrialResult
 
 from ._baselines import Baselines
 

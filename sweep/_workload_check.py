@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs import WorkloadError, build_workload, known_layer_types, network_cell_types, resolve_reference
+from ampsweep.jobs import WorkloadError, build_workload, known_layer_types, network_cell_types, resolve_reference
 
 from ._errors import SpecError
 from ._spec import SweepSpec

@@ -103,7 +103,7 @@ def _print_top(sweep_dir: Path, top: int) -> None:
     """Write the report and print its top rows as a table that fits a terminal."""
     from rich.console import Console
 
-    from analysis import analyze, terminal_table, write_report
+    from ampsweep.analysis import analyze, terminal_table, write_report
 
     result = analyze(sweep_dir)
     report = write_report(sweep_dir, analysis=result)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs import TrialConfig
+from ampsweep.jobs import TrialConfig
 
 DEFAULTS: dict[str, Any] = {
-    "workload": "jobs.workloads.seed_repro:make",
+    "workload": "ampsweep.jobs.workloads.seed_repro:make",
     "steps": 10,
     "abort_after": 5,
     "amp_level": "O2",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from mindspore import nn
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 RNG_SEED = 7
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs import build_workload
-from jobs._amp import apply_amp, known_layer_types, resolve_black_list
-from jobs._loss_cell import NetworkWithLoss
+from ampsweep.jobs import build_workload
+from ampsweep.jobs._amp import apply_amp, known_layer_types, resolve_black_list
+from ampsweep.jobs._loss_cell import NetworkWithLoss
 
 
 def _cast(level: str, black: tuple[str, ...]):
-    workload = build_workload("jobs.workloads.seed_repro:make", 0, {"hidden": 8})
+    workload = build_workload("ampsweep.jobs.workloads.seed_repro:make", 0, {"hidden": 8})
     known = known_layer_types([workload.network, workload.loss_fn])
     cell = apply_amp(
         NetworkWithLoss(workload.network, workload.loss_fn),
@@ -84,7 +84,7 @@ def test_o2_black_list_extends_mindspore_default(monkeypatch):
 
 
 def test_black_list_names_come_from_network_and_mindspore_nn():
-    workload = build_workload("jobs.workloads.seed_repro:make", 0, {"hidden": 8})
+    workload = build_workload("ampsweep.jobs.workloads.seed_repro:make", 0, {"hidden": 8})
     known = known_layer_types([workload.network, workload.loss_fn])
     assert {
         "CustomNorm",

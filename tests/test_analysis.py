@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import analysis
-from ampsweep_contracts import (
+from ampsweep import analysis
+
+from ampsweep.contracts import (
     PLAN_FILE,
     STEPS_SCHEMA,
     TABLE_SCHEMAS,
@@ -31,7 +32,7 @@ from ampsweep_contracts import (
     part_path,
     trial_row_path,
 )
-from analysis import _steps
+from ampsweep.analysis import _steps
 
 
 def write_table(root: Path, table: str, trial_id: str, columns: dict) -> None:
@@ -518,7 +519,7 @@ def test_no_mindspore_or_ray_imported(tmp_path: Path) -> None:
     root = tmp_path / "unit-sweep"
     build_ranked_sweep(root)
     code = (
-        "import sys, analysis; "
+        "import sys; from ampsweep import analysis; "
         f"analysis.write_report({str(root)!r}); "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('mindspore', 'ray')]; "
         "assert not bad, bad"
@@ -534,7 +535,7 @@ def test_module_entry_point(tmp_path: Path) -> None:
     root = tmp_path / "unit-sweep"
     build_ranked_sweep(root)
     done = subprocess.run(
-        [sys.executable, "-m", "analysis", str(root)],
+        [sys.executable, "-m", "ampsweep.analysis", str(root)],
         check=True,
         capture_output=True,
         text=True,
@@ -749,7 +750,7 @@ def test_equivalents_are_truncated(tmp_path: Path) -> None:
 
 def test_dynamic_scale_window_matches_trainer() -> None:
     """The scaler the report recommends is the one the trainer ran."""
-    from jobs._step import make_scaler
+    from ampsweep.jobs._step import make_scaler
 
     scaler = make_scaler("dynamic")
     row = {"amp_level": "O2", "black_list": (), "clip": float("nan"), "loss_scale": "dynamic", "dtype": "float16"}

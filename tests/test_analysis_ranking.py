@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-import analysis
-from analysis._criteria import beyond_noise
+from ampsweep import analysis
+
+from ampsweep.analysis._criteria import beyond_noise
 from tests.test_analysis import CURVE, nan_curve, write_anomaly, write_trial
 
 TARGET = 0.5

@@ -14,8 +14,8 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from ampsweep_contracts import PLAN_FILE, SPEC_FILE, decode_plan
-from sweep import FailurePolicy, RunConfig, SpecError, Sweep
+from ampsweep.contracts import PLAN_FILE, SPEC_FILE, decode_plan
+from ampsweep.sweep import FailurePolicy, RunConfig, SpecError, Sweep
 
 ROOT = Path(__file__).parent.parent
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
@@ -90,7 +90,7 @@ def test_readme_example_runs_and_matches_the_cli(tmp_path):
     spec_file = tmp_path / "api-demo.yaml"
     spec_file.write_text(yaml.safe_dump(namespace["spec"]))
     cli = subprocess.run(
-        [sys.executable, "-m", "sweep", "run", str(spec_file), "--out", str(tmp_path / "cli"),
+        [sys.executable, "-m", "ampsweep", "run", str(spec_file), "--out", str(tmp_path / "cli"),
          "--workers", "2", "--no-progress"],
         env=env, capture_output=True, text=True,
     )

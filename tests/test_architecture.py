@@ -1,4 +1,4 @@
-"""The shape DESIGN.md promises: arrows one way, public boundaries, small modules."""
+"""The shape DESIGN.md promises: one namespace, arrows one way, no import circle, small modules."""
 
 from __future__ import annotations
 
@@ -8,78 +8,136 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("ampsweep_contracts", "sweep", "jobs", "analysis")
+#: part of the ``ampsweep`` namespace -> its folder in the repository
+PARTS = {
+    "contracts": ROOT / "ampsweep" / "contracts",
+    "jobs": ROOT / "jobs",
+    "analysis": ROOT / "analysis",
+    "sweep": ROOT / "sweep",
+}
+#: which parts each part may import (DESIGN.md: sweep -> jobs, analysis; all -> contracts)
+MAY_IMPORT = {
+    "contracts": set(),
+    "jobs": {"contracts"},
+    "analysis": {"contracts"},
+    "sweep": {"contracts", "jobs", "analysis"},
+}
 MAX_LINES = 400
 
 
-def _modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _module_name(part: str, path: Path) -> str:
+    rel = path.relative_to(PARTS[part]).with_suffix("")
+    names = [n for n in rel.parts if n != "__init__"]
+    return ".".join(["ampsweep", part, *names])
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(level, module) of every import in a file; level 0 = absolute."""
-    found = []
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(part, path): path for part, folder in PARTS.items() for path in sorted(folder.rglob("*.py"))
+    }
+
+
+def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Every module ``name`` imports, absolute; in-function and TYPE_CHECKING imports count too.
+
+    ``from pkg import sub`` counts as importing ``pkg.sub`` when that is a module, else ``pkg``.
+    """
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.append((node.level, node.module))
-        elif isinstance(node, ast.Import):
-            found += [(0, alias.name) for alias in node.names]
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, base]) if base else ".".join(anchor)
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
     return found
 
 
-def _top(module: str) -> str:
-    return module.split(".", 1)[0]
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    names = set(modules)
+    return {name: {m for m in _imports(name, path, names) if m in names and m != name} for name, path in modules.items()}
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_no_module_is_over_the_size_limit(package):
+def _part(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_nothing_outside_the_namespace_is_packaged():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"ampsweep.sweep" = "sweep"' in text and '"ampsweep.jobs" = "jobs"' in text
+    assert not (ROOT / "ampsweep_contracts").exists()
+    for path in [p for folder in PARTS.values() for p in folder.rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert node.module.split(".")[0] not in {"sweep", "jobs", "analysis"}, (
+                    f"{path.relative_to(ROOT)} imports the bare {node.module}"
+                )
+
+
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_no_module_is_over_the_size_limit(part):
     long = {
         p.relative_to(ROOT).as_posix(): n
-        for p in _modules(package)
+        for p in PARTS[part].rglob("*.py")
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
 def test_dependencies_point_one_way():
-    allowed = {
-        "ampsweep_contracts": set(),
-        "jobs": {"ampsweep_contracts"},
-        "analysis": {"ampsweep_contracts"},
-        "sweep": {"ampsweep_contracts", "jobs", "analysis"},
-    }
-    for package, may in allowed.items():
-        for path in _modules(package):
-            for level, module in _imports(path):
-                if level == 0 and _top(module) in PACKAGES and _top(module) != package:
-                    assert _top(module) in may, f"{path.relative_to(ROOT)} imports {module}"
+    for module, targets in _graph().items():
+        for target in targets:
+            if _part(target) != _part(module):
+                assert _part(target) in MAY_IMPORT[_part(module)], f"{module} imports {target}"
 
 
 def test_the_driver_uses_only_what_jobs_exports():
-    for path in _modules("sweep"):
-        for level, module in _imports(path):
-            if level == 0 and _top(module) == "jobs":
-                assert module == "jobs" or module.startswith("jobs.workloads"), (
-                    f"{path.relative_to(ROOT)} imports the private {module}"
-                )
+    for module, targets in _graph().items():
+        if _part(module) == "sweep":
+            for target in targets:
+                if _part(target) == "jobs":
+                    assert target == "ampsweep.jobs" or target.startswith("ampsweep.jobs.workloads"), (
+                        f"{module} imports the private {target}"
+                    )
 
 
-def test_analysis_has_no_import_cycle():
-    graph: dict[str, set[str]] = {}
-    for path in _modules("analysis"):
-        graph[path.stem] = {module for level, module in _imports(path) if level == 1}
-    visiting: set[str] = set()
-    done: set[str] = set()
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
 
-    def visit(node: str, trail: list[str]) -> None:
-        visiting.add(node)
-        for nxt in graph.get(node, ()):
-            assert nxt not in visiting, f"import cycle: {' -> '.join([*trail, nxt])}"
-            if nxt not in done:
-                visit(nxt, [*trail, nxt])
-        visiting.discard(node)
-        done.add(node)
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*trail[trail.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt, [*trail, nxt])):
+                return found
+        state[node] = 2
+        return None
 
-    for node in graph:
-        if node not in done:
-            visit(node, [node])
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [node])):
+            return found
+    return None
+
+
+def _package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Module -> module edges, less each package's ``__init__`` re-exporting its own children."""
+    return {
+        module: {t for t in targets if not (t.startswith(module + ".") and _modules()[module].name == "__init__.py")}
+        for module, targets in graph.items()
+    }
+
+
+def test_no_package_has_an_import_circle():
+    cycle = _cycle(_package_edges(_graph()))
+    assert cycle is None, f"import circle: {' -> '.join(cycle)}"
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

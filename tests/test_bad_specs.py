@@ -12,7 +12,7 @@ import pytest
 import ray
 import yaml
 
-from sweep.cli import main
+from ampsweep.sweep.cli import main
 
 TESTS = Path(__file__).parent
 TINY = TESTS / "workloads" / "tiny_mlp.py"
@@ -71,9 +71,9 @@ CASES = [
     ("workload-form", _with(workload="my_model"), "workload", "'package.module:make' or 'path/to/file.py:make'"),
     ("workload-no-module", _with(workload="no_such_package_xyz:make"), "workload", "importing"),
     ("workload-no-file", _with(workload="missing_model.py:make"), "workload", "does not exist"),
-    ("workload-no-factory", _with(workload="jobs.workloads.seed_repro:nope"), "workload", "no callable 'nope'"),
+    ("workload-no-factory", _with(workload="ampsweep.jobs.workloads.seed_repro:nope"), "workload", "no callable 'nope'"),
     ("workload-raises-on-import", "raising.py", "workload", "RuntimeError: cannot find the dataset"),
-    ("factory-wrong-type", "wrong_type.py", "workload", "expected jobs.Workload"),
+    ("factory-wrong-type", "wrong_type.py", "workload", "expected ampsweep.Workload"),
     ("workload-args-unknown", _with(workload_args={"hiden": 3}), "workload_args", "the factory rejected them"),
     ("workload-args-not-mapping", _with(workload_args=[1]), "workload_args", "valid dictionary"),
     ("devices-unknown", _with(devices="tpu"), "devices", "allowed: auto, ascend, gpu, cpu"),

@@ -128,8 +128,8 @@ def test_mindcv_workload_builds_offline_and_runs_a_forward_pass() -> None:
     import numpy as np
     from mindspore import Tensor
 
-    from jobs import Workload
-    from jobs.workloads.mindcv import make
+    from ampsweep.jobs import Workload
+    from ampsweep.jobs.workloads.mindcv import make
 
     workload = make(seed=0, batch=2, image=16, num_classes=4)
     assert isinstance(workload, Workload)

@@ -40,7 +40,7 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
-    from sweep import RunConfig, Sweep
+    from ampsweep.sweep import RunConfig, Sweep
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
@@ -62,7 +62,7 @@ def test_simulated_cluster_pins_one_actor_per_fake_device(tmp_path):
     assert sorted(devices["device_kind"]) == ["ascend"] * 4 + ["gpu"] * 2
     assert devices[devices["device_kind"] == "ascend"]["node"].nunique() == 2
     assert set(devices["device_id"]) == {"0", "1"}
-    from analysis import write_report
+    from ampsweep.analysis import write_report
 
     write_report(tmp_path / "cluster")
     ranking = pd.read_csv(tmp_path / "cluster" / "report" / "ranking.csv")

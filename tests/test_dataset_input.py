@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs import TrialConfig, build_workload
-from jobs._batches import batch_stream, is_dataset
-from jobs._trainer import run_trial
+from ampsweep.jobs import TrialConfig, build_workload
+from ampsweep.jobs._batches import batch_stream, is_dataset
+from ampsweep.jobs._trainer import run_trial
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "dataset_workload.py"
 REFERENCE = f"{EXAMPLE}:make"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from sweep._dispatch import baseline_first, next_trial
+from ampsweep.sweep._dispatch import baseline_first, next_trial
 from tests._trial import trial_config
 
 

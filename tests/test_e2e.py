@@ -16,8 +16,8 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from jobs import TrialConfig
-from jobs._trainer import run_trial
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs._trainer import run_trial
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
@@ -149,7 +149,7 @@ def test_a_killed_driver_loses_no_finished_trial(tmp_path):
 def test_seed_repro_reproduces_the_reported_failure(seed):
     def run(level: str, black: tuple[str, ...], clip: float | None):
         config = TrialConfig(
-            workload="jobs.workloads.seed_repro:make",
+            workload="ampsweep.jobs.workloads.seed_repro:make",
             steps=300,
             abort_after=10,
             amp_level=level,

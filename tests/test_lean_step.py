@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs import TrialConfig, build_workload
-from jobs._batches import to_tensors
-from jobs._capture import sampled_steps
-from jobs._trainer import CompiledStep, GraphCache, run_trial, seed_everything
+from ampsweep.jobs import TrialConfig, build_workload
+from ampsweep.jobs._batches import to_tensors
+from ampsweep.jobs._capture import sampled_steps
+from ampsweep.jobs._trainer import CompiledStep, GraphCache, run_trial, seed_everything
 from tests._trial import trial_config
 
 GOLDEN = Path(__file__).parent / "golden" / "lean_step.json"
-_SEED_REPRO = "jobs.workloads.seed_repro:make"
+_SEED_REPRO = "ampsweep.jobs.workloads.seed_repro:make"
 
 
 def _trial(**overrides: Any) -> TrialConfig:

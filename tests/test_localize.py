@@ -12,18 +12,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from ampsweep_contracts import ANOMALIES_SCHEMA
-from jobs import TrialConfig
-from jobs._localize import REL_ERROR_THRESHOLD, localize
+from ampsweep.contracts import ANOMALIES_SCHEMA
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs._localize import REL_ERROR_THRESHOLD, localize
 from tests._trial import trial_config
 
 WORKLOADS = Path(__file__).parent / "workloads"
 FORWARD = f"{WORKLOADS / 'forward_overflow.py'}:make"
 BACKWARD = f"{WORKLOADS / 'backward_overflow.py'}:make"
 TINY = f"{WORKLOADS / 'tiny_mlp.py'}:make"
-SEED_REPRO = "jobs.workloads.seed_repro:make"
-TRANSFORMER = "jobs.workloads.tiny_transformer:make"
-SILENT = "jobs.workloads.silent_norm:make"
+SEED_REPRO = "ampsweep.jobs.workloads.seed_repro:make"
+TRANSFORMER = "ampsweep.jobs.workloads.tiny_transformer:make"
+SILENT = "ampsweep.jobs.workloads.silent_norm:make"
 
 
 def _config(workload: str, **overrides) -> TrialConfig:
@@ -133,9 +133,9 @@ MLP = f"{Path(__file__).parent.parent / 'benchmarks' / 'mlp_workload.py'}:make"
 def test_the_worker_replays_the_steps_before_the_overflow_on_the_trials_own_graph():
     # the hand-written cross entropy of this MLP overflows float16 after ~30 steps when cast
     # with the network: long enough for a prefix, too short for a compile to pay off
-    from jobs._diagnose import diagnose
-    from jobs._step import GraphCache
-    from jobs._trainer import run_trial
+    from ampsweep.jobs._diagnose import diagnose
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
 
     config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")
     graphs = GraphCache()

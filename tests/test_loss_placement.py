@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from jobs import TrialConfig
-from jobs._trainer import run_trial
-from sweep import Sweep
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs._trainer import run_trial
+from ampsweep.sweep import Sweep
 
-NAIVE = "jobs.workloads.naive_loss:make"
+NAIVE = "ampsweep.jobs.workloads.naive_loss:make"
 
 
 def _run(placement: str, black: tuple[str, ...] = (), steps: int = 60):

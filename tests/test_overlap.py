@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from sweep._overlap import _beside
+from ampsweep.sweep._overlap import _beside
 
 
 def test_work_and_main_run_at_the_same_time_and_work_returns_its_value():

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ampsweep_contracts import part_path
-from sweep import SweepStore
-from sweep.cli import main
+from ampsweep.contracts import part_path
+from ampsweep.sweep import SweepStore
+from ampsweep.sweep.cli import main
 from tests.test_store import _record
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import analysis
-from sweep import SweepStore
+from ampsweep import analysis
+
+from ampsweep.sweep import SweepStore
 from tests.test_store import _record as store_record
 
 duckdb = pytest.importorskip("duckdb")

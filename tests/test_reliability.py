@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from ampsweep_contracts import LOCK_FILE, part_path
+from ampsweep.contracts import LOCK_FILE, part_path
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
@@ -249,7 +249,7 @@ def test_simulated_cluster_survives_a_killed_actor_and_a_removed_node(tmp_path):
     import ray
     from ray.cluster_utils import Cluster
 
-    from sweep import RunConfig, Sweep
+    from ampsweep.sweep import RunConfig, Sweep
 
     marker = tmp_path / "killed"
     killer = tmp_path / "killer.py"

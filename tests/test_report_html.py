@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import analysis
+from ampsweep import analysis
+
 from tests.test_analysis import CURVE, STEPS, write_trial
 
 EVIL = "<script>alert('x')</script>"

@@ -9,13 +9,13 @@ import sys
 import numpy as np
 import pytest
 
-from jobs import TrialConfig
-from jobs._trainer import GraphCache, run_trial
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs._trainer import GraphCache, run_trial
 
 
 def _config(seed: int, clip: float | None, loss_scale: str) -> TrialConfig:
     return TrialConfig(
-        workload="jobs.workloads.seed_repro:make",
+        workload="ampsweep.jobs.workloads.seed_repro:make",
         steps=40,
         abort_after=10,
         amp_level="O2",
@@ -32,8 +32,8 @@ _FRESH = """
 import json, sys
 import mindspore as ms
 ms.device_context.cpu.op_tuning.threads_num(1)
-from jobs import TrialConfig
-from jobs._trainer import run_trial
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs._trainer import run_trial
 config = TrialConfig(**json.loads(sys.argv[1]))
 result = run_trial(config, config.workload)
 print(json.dumps([result.steps.column(name).to_pylist() for name in ("loss", "grad_norm", "loss_scale")]
@@ -53,7 +53,7 @@ def _fresh_process(config: TrialConfig) -> list:
 def test_reused_graph_is_bit_identical_to_a_fresh_process(loss_scale):
     cache = GraphCache()
     first = run_trial(
-        _config(seed=1, clip=None, loss_scale=loss_scale), "jobs.workloads.seed_repro:make", cache=cache
+        _config(seed=1, clip=None, loss_scale=loss_scale), "ampsweep.jobs.workloads.seed_repro:make", cache=cache
     )
     target = _config(seed=0, clip=0.7, loss_scale=loss_scale)
     reused = run_trial(target, target.workload, cache=cache)
@@ -67,7 +67,7 @@ def test_reused_graph_is_bit_identical_to_a_fresh_process(loss_scale):
 
 def test_dynamic_scale_falls_and_recovers_with_skipped_steps():
     config = TrialConfig(
-        workload="jobs.workloads.seed_repro:make",
+        workload="ampsweep.jobs.workloads.seed_repro:make",
         steps=150,
         abort_after=10,
         amp_level="O2",

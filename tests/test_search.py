@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ampsweep_contracts import CONFIRM_FOLDER, SEARCH_FILE, decode_search
-from sweep import RunConfig, Sweep
+from ampsweep.contracts import CONFIRM_FOLDER, SEARCH_FILE, decode_search
+from ampsweep.sweep import RunConfig, Sweep
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def _check(root: Path, minimal: list[str]) -> None:
     trials = pd.read_parquet(root / "trials")
     assert len(trials) == log.trials_run < log.grid_equivalent
     assert (root / CONFIRM_FOLDER / "trials").is_dir()
-    from analysis import analyze, render_markdown
+    from ampsweep.analysis import analyze, render_markdown
 
     a = analyze(root)
     best = a.recommended
@@ -45,7 +45,7 @@ def _check(root: Path, minimal: list[str]) -> None:
 
 
 def test_seed_repro_search_finds_customnorm(tmp_path):
-    root = _search(tmp_path, "search-seed", "jobs.workloads.seed_repro:make", 120, [0, 1])
+    root = _search(tmp_path, "search-seed", "ampsweep.jobs.workloads.seed_repro:make", 120, [0, 1])
     _check(root, ["CustomNorm"])
     grow = decode_search((root / SEARCH_FILE).read_text()).families[0].rounds[0]
     assert grow.phase == "grow" and set(grow.outcomes.values()) == {"diverged"}
@@ -53,7 +53,7 @@ def test_seed_repro_search_finds_customnorm(tmp_path):
 
 
 def test_a_silent_failure_is_found_and_fixed(tmp_path):
-    root = _search(tmp_path, "search-silent", "jobs.workloads.silent_norm:make", 150, [0, 1])
+    root = _search(tmp_path, "search-silent", "ampsweep.jobs.workloads.silent_norm:make", 150, [0, 1])
     _check(root, ["FeatureNorm"])
     grow = decode_search((root / SEARCH_FILE).read_text()).families[0].rounds[0]
     assert set(grow.outcomes.values()) == {"silent"}, "finite, but far worse than FP32"
@@ -65,7 +65,7 @@ def test_a_workload_it_has_never_seen(tmp_path):
     root = _search(
         tmp_path,
         "search-loss",
-        "jobs.workloads.naive_loss:make",
+        "ampsweep.jobs.workloads.naive_loss:make",
         120,
         [0, 1],
         grid={

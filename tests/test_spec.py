@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.cli import main
+from ampsweep.sweep.cli import main
 
 BAD_SPECS = [
     ({"workload_args": {"nonsense": 1}}, "workload_args", "{'nonsense': 1}", "the factory rejected them"),
@@ -47,7 +47,7 @@ def test_bad_spec_is_one_line_with_field_value_and_allowed(
 
 
 def test_missing_required_field(write_spec, capsys):
-    path = write_spec(raw="name: x\nworkload: jobs.workloads.seed_repro:make\n")
+    path = write_spec(raw="name: x\nworkload: ampsweep.jobs.workloads.seed_repro:make\n")
     assert main(["plan", str(path)]) == 2
     assert "steps: None is not allowed; this field is required" in capsys.readouterr().err
 

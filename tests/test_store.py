@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from ampsweep_contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
-from jobs import TrialConfig, TrialResult
-from jobs._trainer import run_trial
-from sweep import SweepStore
+from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+from ampsweep.jobs import TrialConfig, TrialResult
+from ampsweep.jobs._trainer import run_trial
+from ampsweep.sweep import SweepStore
 
 README = Path(__file__).parent.parent / "README.md"
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs import TrialConfig, TrialResult
-from jobs._trainer import run_trial
+from ampsweep.jobs import TrialConfig, TrialResult
+from ampsweep.jobs._trainer import run_trial
 
 pytestmark = pytest.mark.slow
 
 
 def _run(seed: int, level: str, black: tuple[str, ...]) -> TrialResult:
     config = TrialConfig(
-        workload="jobs.workloads.tiny_transformer:make",
+        workload="ampsweep.jobs.workloads.tiny_transformer:make",
         steps=300,
         abort_after=10,
         amp_level=level,

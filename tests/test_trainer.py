@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jobs import TrialConfig, build_workload
-from jobs._batches import to_tensors
-from jobs._capture import is_clipped
-from jobs._trainer import CompiledStep, _first_abort, run_trial
+from ampsweep.jobs import TrialConfig, build_workload
+from ampsweep.jobs._batches import to_tensors
+from ampsweep.jobs._capture import is_clipped
+from ampsweep.jobs._trainer import CompiledStep, _first_abort, run_trial
 from tests._trial import trial_config
 from tests.linear_workload import numpy_gradient
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import Workload, WorkloadError, build_workload, load_factory, resolve_reference
+from ampsweep.jobs import Workload, WorkloadError, build_workload, load_factory, resolve_reference
 
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 
@@ -28,7 +28,7 @@ def test_relative_file_resolves_against_cwd_then_spec_dir(tmp_path, monkeypatch)
     assert resolve_reference("models/m.py:make") == f"{tmp_path / 'models' / 'm.py'}:make"
     monkeypatch.chdir("/")
     assert resolve_reference("m.py:make", tmp_path / "models") == f"{tmp_path / 'models' / 'm.py'}:make"
-    assert resolve_reference("jobs.workloads.seed_repro:make") == "jobs.workloads.seed_repro:make"
+    assert resolve_reference("ampsweep.jobs.workloads.seed_repro:make") == "ampsweep.jobs.workloads.seed_repro:make"
     with pytest.raises(WorkloadError, match="does not exist"):
         resolve_reference("nowhere.py:make")
 
@@ -36,7 +36,7 @@ def test_relative_file_resolves_against_cwd_then_spec_dir(tmp_path, monkeypatch)
 def test_factory_must_return_a_workload(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def make(seed):\n    return 42\n")
-    with pytest.raises(WorkloadError, match="returned int, expected jobs.Workload"):
+    with pytest.raises(WorkloadError, match="returned int, expected ampsweep.Workload"):
         build_workload(f"{bad}:make", 0, {})
 
 
@@ -48,7 +48,7 @@ def test_import_error_is_reported(tmp_path):
 
 
 def test_builtin_workload_meets_the_contract():
-    workload = build_workload("jobs.workloads.seed_repro:make", 0, {"hidden": 8})
+    workload = build_workload("ampsweep.jobs.workloads.seed_repro:make", 0, {"hidden": 8})
     assert isinstance(workload, Workload)
     x, y = next(iter(workload.batches))
     assert x.shape[0] == y.shape[0] and x.dtype.name == "float32"

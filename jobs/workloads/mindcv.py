@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 def _class_means(rng: np.random.Generator, num_classes: int, image: int) -> np.ndarray:
@@ -60,12 +60,12 @@ def make(
     momentum: float = 0.9,
     model_args: dict[str, Any] | None = None,
 ) -> Workload:
-    """The factory a spec names as ``jobs.workloads.mindcv:make``; ``model`` is any mindcv model name."""
+    """The factory a spec names as ``ampsweep.jobs.workloads.mindcv:make``; ``model`` is any mindcv model name."""
     try:
         from mindcv.models import create_model
     except ImportError as exc:  # the optional extra is missing
         raise ImportError(
-            "jobs.workloads.mindcv needs mindcv: pip install -e '.[models]' (mindcv==0.3.0)"
+            "ampsweep.jobs.workloads.mindcv needs mindcv: pip install -e '.[models]' (mindcv==0.3.0)"
         ) from exc
     from mindspore import nn
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 FEATURES = 16
 CLASSES = 10

@@ -45,7 +45,7 @@ from collections.abc import Iterator
 import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 VOCAB = 32
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from jobs import DeviceSetup
+from ampsweep.jobs import DeviceSetup
 
 
 class DeviceBackend(Protocol):

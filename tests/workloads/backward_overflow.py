@@ -15,7 +15,7 @@ import numpy as np
 from mindspore import nn
 from mindspore.common.initializer import Normal
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 class Gain(nn.Cell):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from mindspore import nn, ops
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 class Sharpen(nn.Cell):

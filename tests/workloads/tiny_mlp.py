@@ -7,7 +7,7 @@ import time
 import numpy as np
 from mindspore import nn
 
-from jobs import Workload
+from ampsweep.jobs import Workload
 
 
 class Scaler(nn.Cell):

@@ -1,0 +1,81 @@
+"""ampsweep: sweep MindSpore mixed-precision settings on Ray and rank them.
+
+Everything a user imports lives in this namespace::
+
+    from ampsweep import Sweep, RunConfig, Workload
+
+The parts are :mod:`ampsweep.sweep` (what the user drives), :mod:`ampsweep.jobs`
+(what runs on a device), :mod:`ampsweep.analysis` (offline, Parquet only) and
+:mod:`ampsweep.contracts` (what the three share). The public names below are
+resolved on first use, so ``import ampsweep.analysis`` on a laptop never pulls
+in MindSpore or Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+# In a source checkout the parts sit beside this folder (``sweep/``, ``jobs/``,
+# ``analysis/``, the design card's top level); installed, setuptools'
+# ``package-dir`` puts them inside it. Searching the checkout's root too makes
+# ``ampsweep.sweep`` resolve when the checkout itself is on ``sys.path`` (a
+# ``ray job submit`` working_dir), where this folder shadows the installed one.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CHECKOUT, "pyproject.toml")) and os.path.isfile(
+    os.path.join(_CHECKOUT, "sweep", "_api.py")
+):
+    __path__.append(_CHECKOUT)
+
+__version__ = "0.1.0"
+
+#: public name -> the module that owns it
+_PUBLIC: dict[str, str] = {
+    "Sweep": "ampsweep.sweep",
+    "SweepResult": "ampsweep.sweep",
+    "SweepSpec": "ampsweep.sweep",
+    "Grid": "ampsweep.sweep",
+    "RunConfig": "ampsweep.sweep",
+    "FailurePolicy": "ampsweep.sweep",
+    "SpecError": "ampsweep.sweep",
+    "SweepPlan": "ampsweep.sweep",
+    "Workload": "ampsweep.jobs",
+    "TrialConfig": "ampsweep.jobs",
+    "Outcome": "ampsweep.contracts",
+    "Verdict": "ampsweep.contracts",
+    "verdict": "ampsweep.contracts",
+    "analyze": "ampsweep.analysis",
+    "write_report": "ampsweep.analysis",
+    "SweepAnalysis": "ampsweep.analysis",
+}
+
+__all__ = sorted(_PUBLIC)
+
+if TYPE_CHECKING:
+    from ampsweep.analysis import SweepAnalysis, analyze, write_report
+    from ampsweep.contracts import Outcome, Verdict, verdict
+    from ampsweep.jobs import TrialConfig, Workload
+    from ampsweep.sweep import (
+        FailurePolicy,
+        Grid,
+        RunConfig,
+        SpecError,
+        Sweep,
+        SweepPlan,
+        SweepResult,
+        SweepSpec,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    owner = _PUBLIC.get(name)
+    if owner is None:
+        raise AttributeError(f"module 'ampsweep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(owner), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
