@@ -44,17 +44,36 @@ _PUBLIC: dict[str, str] = {
     "TrialConfig": "ampsweep.jobs",
     "Outcome": "ampsweep.contracts",
     "Verdict": "ampsweep.contracts",
-    "verdict": "ampsweep.contracts",
+    "trial_verdict": "ampsweep.contracts",
+    "configuration_verdict": "ampsweep.contracts",
     "analyze": "ampsweep.analysis",
     "write_report": "ampsweep.analysis",
     "SweepAnalysis": "ampsweep.analysis",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [
+    "FailurePolicy",
+    "Grid",
+    "Outcome",
+    "RunConfig",
+    "SpecError",
+    "Sweep",
+    "SweepAnalysis",
+    "SweepPlan",
+    "SweepResult",
+    "SweepSpec",
+    "TrialConfig",
+    "Verdict",
+    "Workload",
+    "analyze",
+    "configuration_verdict",
+    "trial_verdict",
+    "write_report",
+]
 
 if TYPE_CHECKING:
     from ampsweep.analysis import SweepAnalysis, analyze, write_report
-    from ampsweep.contracts import Outcome, Verdict, verdict
+    from ampsweep.contracts import Outcome, Verdict, configuration_verdict, trial_verdict
     from ampsweep.jobs import TrialConfig, Workload
     from ampsweep.sweep import (
         FailurePolicy,

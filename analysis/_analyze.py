@@ -1,7 +1,9 @@
 """``analyze``: load, score, aggregate and rank a sweep folder into the model.
 
-The only module that runs the whole computation; it returns a
-:class:`SweepAnalysis` and writes nothing (see :mod:`analysis._writer`).
+The only module that runs the whole computation, every read included (the
+figures' data too: :mod:`analysis._figure_data`); it returns a
+:class:`SweepAnalysis` and writes nothing (see :mod:`analysis._writer`), so
+every renderer formats that model and reads no file.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from ._anomalies import read_anomalies
-from ._configs import CONFIG_KEYS, config_scores
+from ._configs import config_scores
 from ._criteria import RankContext
 from ._evidence import kind_recommendation
+from ._figure_data import figure_data
 from ._load import inventory, load_trials, resolve, unreadable_trials
 from ._model import KindAnalysis, SweepAnalysis
 from ._rank import rank_configs
@@ -22,22 +25,6 @@ from ._search import read_search
 
 #: device kind / MindSpore target on which float16 is emulated, so speed never decides
 CPU_KIND = "cpu"
-
-#: What :func:`top_configs` shows: enough to choose, the rest is in the CSV.
-TOP_COLUMNS = (
-    "rank",
-    "stability",
-    *CONFIG_KEYS,
-    "n_seeds",
-    "divergence_rate",
-    "clip_rate_median",
-    "steps_to_target_median",
-    "final_loss_median",
-    "speed_vs_fp32_median",
-    "phrase",
-    "tied_with_above",
-    "rule",
-)
 
 
 def speed_decides(kind: str, scores: pd.DataFrame) -> bool:
@@ -57,7 +44,9 @@ def _sweep_name(trials: pd.DataFrame, fallback: str) -> str:
     return str(names.mode().iloc[0]) if len(names) else fallback
 
 
-def _rank_kind(kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame) -> KindAnalysis:
+def _rank_kind(
+    sweep_dir: str | Path, kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame, figures: bool
+) -> KindAnalysis:
     reference = fp32_reference(scores)
     ctx = RankContext(speed_decides=speed_decides(kind, scores))
     ranking = rank_configs(config_scores(scores, anomalies), reference, ctx)
@@ -68,11 +57,16 @@ def _rank_kind(kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame) -> Kind
         reference=reference,
         recommendation=kind_recommendation(ranking, scores, ctx, placement),
         speed_decides=ctx.speed_decides,
+        figures=figure_data(sweep_dir, ranking, scores) if figures else None,
     )
 
 
-def analyze(sweep_dir: str | Path) -> SweepAnalysis:
-    """Load, score, aggregate and rank a sweep folder (local path or URI), per device kind."""
+def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
+    """Load, score, aggregate and rank a sweep folder (local path or URI), per device kind.
+
+    ``figures`` also gathers what report.html's figures show (a few trials'
+    curves, binned); pass False when only the ranking is wanted.
+    """
     loc = resolve(sweep_dir)
     trials = load_trials(sweep_dir)
     unreadable = unreadable_trials(sweep_dir)
@@ -83,7 +77,7 @@ def analyze(sweep_dir: str | Path) -> SweepAnalysis:
     ranked = scores[scores["ranked"]]
     anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
     kinds = [
-        _rank_kind(str(kind), scores[scores["device_kind"] == kind], anomalies)
+        _rank_kind(sweep_dir, str(kind), scores[scores["device_kind"] == kind], anomalies, figures)
         for kind in sorted(set(ranked["device_kind"]))
     ]
     rankings = [k.ranking for k in kinds if not k.ranking.empty]
@@ -101,20 +95,3 @@ def analyze(sweep_dir: str | Path) -> SweepAnalysis:
         kinds=kinds,
         search=read_search(sweep_dir),
     )
-
-
-def top_configs(source: str | Path | SweepAnalysis | pd.DataFrame, n: int = 5) -> pd.DataFrame:
-    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
-    if isinstance(source, SweepAnalysis):
-        ranking = source.ranking
-    elif isinstance(source, pd.DataFrame):
-        ranking = source
-    else:
-        ranking = analyze(source).ranking
-    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
-    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
-        # each device kind is ranked on its own: its first n rows, kind after kind
-        ranking = ranking.groupby("device_kind", sort=False).head(n)
-    else:
-        ranking = ranking.head(n)
-    return ranking.loc[:, columns].reset_index(drop=True)

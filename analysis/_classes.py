@@ -9,9 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
-
-from ._model import Fp32Reference
+from ampsweep.contracts import Verdict
 
 HEALTHY_CLIP_MAX = 0.3
 TOO_SMALL_CLIP = 0.9
@@ -67,25 +65,15 @@ def clip_text(clip: float) -> str:
     return "off" if pd.isna(clip) else str(float(clip))
 
 
-def silent_reason(row: pd.Series, ref: Fp32Reference) -> str:
-    """Why a configuration that stayed finite counts as failed ('' when it does not)."""
-    final = row["final_loss_median"]
-    if np.isfinite(final) and np.isfinite(ref.final_loss):
-        if final > silent_loss_limit(ref.final_loss):
-            return (
-                f"median final loss {num(final)} > {SILENT_LOSS_FACTOR:g} x FP32 "
-                f"{num(ref.final_loss)} + {SILENT_LOSS_MARGIN:g}"
-            )
-    if row["n_reached_target"] == 0 and ref.reached_target and pd.notna(row["target_median"]):
-        return f"never reaches the target loss {num(row['target_median'])} while FP32 does"
-    return ""
+def tier(row: pd.Series) -> tuple[int, str]:
+    """The stability tier of a configuration row, from its verdict over seeds, and why it is silent.
 
-
-def tier(row: pd.Series, ref: Fp32Reference) -> tuple[int, str]:
-    """The stability tier of a configuration row, and the silent-failure reason."""
-    if row["n_diverged"] + row["n_failed"] > 0:
+    The verdict is ``ampsweep.contracts.configuration_verdict``: the adaptive
+    search stops on the same verdict the ranking sorts by.
+    """
+    verdict = Verdict(row["verdict"])
+    if verdict in (Verdict.DIVERGED, Verdict.FAILED):
         return TIER_UNSTABLE, ""
-    reason = silent_reason(row, ref)
-    if reason:
-        return TIER_SILENT, reason
+    if verdict is Verdict.SILENT:
+        return TIER_SILENT, row["silent_reason"]
     return (TIER_FP32 if row["baseline"] else TIER_STABLE), ""

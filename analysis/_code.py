@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import DYNAMIC_SCALE_WINDOW
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL
 
 _DYNAMIC_DEFAULT = "2**16"
 _EPS = "1e-6"
@@ -50,7 +50,7 @@ _HEADER = [
 def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str, cell: str = "net_with_loss") -> list[str]:
     """Cast ``cell`` exactly as ``jobs._amp.apply_amp`` did in the sweep."""
     ms_dtype = f"mstype.{dtype or 'float16'}"
-    if amp_level == "O0":
+    if amp_level == FP32_LEVEL:
         return ["# AMP level O0: nothing is cast, the network trains in float32"]
     if not black_list:
         return [f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})']

@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import FP32_LEVEL, Verdict, configuration_verdict
+
 from ._anomalies import localizations
 from ._load import DEFAULT_LOSS_PLACEMENT
-from ._scores import BASELINE_LEVEL
 
 CONFIG_KEYS = (
     "amp_level",
@@ -112,6 +113,14 @@ def _per_seed(values: np.ndarray, seeds: np.ndarray) -> dict[object, float]:
     return {s: _nanmedian(np.asarray(v, dtype="float64")) for s, v in out.items()}
 
 
+def _silent_reason(silent: list[int], reasons: np.ndarray, seeds: np.ndarray, n: int) -> str:
+    """Why the configuration counts as a silent failure: its silent seeds, each with the verdict's reason."""
+    if not silent:
+        return ""
+    each = "; ".join(f"seed {seeds[i]}: {reasons[i]}" for i in silent)
+    return f"{len(silent)}/{n} seeds learn clearly worse than FP32 ({each})"
+
+
 def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
@@ -146,6 +155,8 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
     trial_ids = ranked["trial_id"].to_numpy(dtype=object)
     seeds = ranked["seed"].astype("object").where(ranked["seed"].notna(), None).to_numpy()
     errors = ranked["error"]
+    verdicts = ranked["verdict"].to_numpy(dtype=object)
+    reasons = ranked["verdict_reason"].to_numpy(dtype=object)
     black_lists = ranked["black_list"].to_numpy(dtype=object)
     rows = []
     groups = ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True).indices
@@ -153,7 +164,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row = dict(zip(CONFIG_KEYS, key))
         row["black_list"] = black_lists[idx[0]]
         row["config_id"] = config_label(*key)
-        row["baseline"] = row["amp_level"] == BASELINE_LEVEL
+        row["baseline"] = row["amp_level"] == FP32_LEVEL
         row["n_trials"] = len(idx)
         row["n_seeds"] = len(set(seeds[idx]))
         out = outcome[idx]
@@ -161,6 +172,10 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["n_diverged"] = int((out == "diverged").sum())
         row["n_failed"] = int((out == "failed").sum())
         row["divergence_rate"] = (row["n_diverged"] + row["n_failed"]) / len(idx)
+        row["verdict"] = configuration_verdict(verdicts[idx]).value
+        silent = [i for i in idx if verdicts[i] == Verdict.SILENT.value]
+        row["n_silent"] = len(silent)
+        row["silent_reason"] = _silent_reason(silent, reasons, seeds, len(idx))
         bad = idx[unstable[idx]]
         row["first_nonfinite_step_median"] = _nanmedian(num["first_nonfinite"][bad]) if len(bad) else np.nan
         failed = idx[out == "failed"]

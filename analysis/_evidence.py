@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import FP32_LEVEL
+
 from . import _classes as cls
 from ._classes import num
 from ._code import snippets
@@ -57,9 +59,9 @@ def clean(value: Any) -> Any:
 
 def describe(row: pd.Series) -> str:
     """A configuration in words, for the recommendation sentence."""
-    level = "FP32 (AMP level O0)" if row["amp_level"] == "O0" else f"AMP level {row['amp_level']}"
-    bits = [f"{level} in {row['dtype']}" if row["amp_level"] != "O0" else level]
-    if row["amp_level"] != "O0":
+    level = "FP32 (AMP level O0)" if row["amp_level"] == FP32_LEVEL else f"AMP level {row['amp_level']}"
+    bits = [f"{level} in {row['dtype']}" if row["amp_level"] != FP32_LEVEL else level]
+    if row["amp_level"] != FP32_LEVEL:
         bits.append(
             f"keeping {', '.join(row['black_list'])} in float32"
             if len(row["black_list"])
@@ -86,7 +88,7 @@ def fp32_row(ranking: pd.DataFrame, best: pd.Series | None = None) -> pd.Series 
     Prefers the loss scale and dtype of ``best`` (they do not change an uncast
     network, but the step times were measured with them), then any O0 row.
     """
-    o0 = ranking[ranking["amp_level"] == "O0"]
+    o0 = ranking[ranking["amp_level"] == FP32_LEVEL]
     if o0.empty:
         return None
     plain = o0[o0["clip"].isna() & (o0["n_black_listed"] == 0)]
@@ -153,7 +155,7 @@ def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] |
 def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series | None) -> list[str]:
     """Choices the grid did not vary on this device kind."""
     notes = []
-    mp = ranking[ranking["amp_level"] != "O0"]
+    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
     levels = sorted(set(mp["amp_level"]))
     if len(levels) == 1:
         notes.append(f"only AMP level {levels[0]} was tried besides FP32")
@@ -314,7 +316,7 @@ def _recommended(
 
 def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recommendation:
     fp32 = fp32_row(ranking)
-    mp = ranking[ranking["amp_level"] != "O0"]
+    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
     counts = mp["stability"].value_counts()
     summary_text = ", ".join(f"{int(v)} {k}" for k, v in counts.items())
     statements = [

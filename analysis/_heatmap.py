@@ -1,7 +1,8 @@
 """The divergence map: share of diverged or failed trials per AMP level x black list x clip.
 
-Computed once as data (:func:`divergence_grids`), so report.md prints it as a
-table and report.html draws it as a heatmap from the same cells. One panel per
+Computed once as data (:func:`divergence_grids`, from the ranking alone), so
+report.md prints it as a table and report.html draws it as a heatmap
+(:func:`divergence_map`, data in, PNG out) from the same cells. One panel per
 (loss scale, dtype) pair when there are a few, so no cell averages over
 settings the user would choose separately.
 """
@@ -9,29 +10,19 @@ settings the user would choose separately.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from . import _classes as cls
+from ._model import DivergenceGrid
 from ._plot import FigureImage, new_figure, plot_text, png
+
+__all__ = ["HEATMAP_CAPTION", "DivergenceGrid", "divergence_grids", "divergence_map"]
 
 _LEVEL_ORDER = {lvl: i for i, lvl in enumerate(("O0", "O1", "O2", "O3"))}
 MAX_PANELS = 6
-
-
-@dataclass(frozen=True)
-class DivergenceGrid:
-    """One panel: rows are (AMP level, black list), columns clip thresholds."""
-
-    title: str
-    rows: tuple[str, ...]
-    columns: tuple[str, ...]
-    #: "bad/total" per cell, "*" for a silent failure, "not run" where nothing ran
-    cells: tuple[tuple[str, ...], ...]
-    #: diverged-or-failed share per cell, NaN where nothing ran
-    rates: np.ndarray
 
 
 def divergence_grids(ranking: pd.DataFrame) -> list[DivergenceGrid]:
@@ -91,9 +82,8 @@ HEATMAP_CAPTION = (
 )
 
 
-def divergence_map(ranking: pd.DataFrame, key: str) -> FigureImage | None:
+def divergence_map(grids: Sequence[DivergenceGrid], key: str) -> FigureImage | None:
     """The grids as a heatmap figure."""
-    grids = divergence_grids(ranking)
     if not grids:
         return None
     n_rows = len(grids[0].rows)

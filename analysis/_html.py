@@ -7,6 +7,10 @@ meta tag (``default-src 'none'``) makes the browser refuse any network fetch,
 so a stray external reference would show up as a console error in the test
 instead of silently leaking a request.
 
+Formatting only: the figures are drawn from the data ``analyze`` gathered
+(``KindAnalysis.figures``); nothing here reads the sweep folder, so a page can
+be rendered from an analysis whose folder is gone or remote.
+
 Everything that comes from the sweep (its name, workload, layer and
 black-list names, error messages) goes through :func:`html.escape`; text in
 backticks is shown as code after escaping, so it cannot inject markup either.
@@ -81,7 +85,7 @@ def _figure(image: FigureImage) -> str:
 
 
 class _Renderer:
-    """Formats blocks; draws each kind's figures once and hands them out by key."""
+    """Formats blocks; draws each kind's figures once (from its data) and hands them out by key."""
 
     def __init__(self, a: SweepAnalysis, figures: bool) -> None:
         self._a = a
@@ -90,12 +94,12 @@ class _Renderer:
 
     def _images_of(self, index: int) -> list[FigureImage]:
         if index not in self._images:
-            kind = self._a.kinds[index]
-            self._images[index] = kind_figures(self._a.sweep_dir, kind.ranking, self._a.scores, f"k{index}")
+            data = self._a.kinds[index].figures
+            self._images[index] = kind_figures(data, f"k{index}") if data is not None else []
         return self._images[index]
 
     def figure(self, block: Figure) -> str:
-        if not self._figures:
+        if not self._figures or self._a.kinds[block.kind_index].figures is None:
             return self.block(block.fallback) if block.fallback is not None else ""
         images = self._images_of(block.kind_index)
         if block.keys:
@@ -139,7 +143,11 @@ class _Renderer:
 
 
 def render_html(a: SweepAnalysis, figures: bool = True) -> str:
-    """The whole page. ``figures=False`` skips matplotlib (for quick text-only checks)."""
+    """The whole page, formatted from ``a`` alone (no file is read).
+
+    ``figures=False`` skips matplotlib (for quick text-only checks); so does an
+    analysis made with ``analyze(..., figures=False)``, which holds no figure data.
+    """
     renderer = _Renderer(a, figures)
     body = [f"<h1>{_esc(title(a))}</h1>", *[renderer.section(s) for s in report_sections(a)]]
     return (

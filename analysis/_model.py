@@ -5,6 +5,8 @@ The model sits at the start of the one-way chain
 package, so a renderer can never be imported back by the data it shows.
 ``recommendation.json`` is derived from :class:`Recommendation` (see
 :mod:`analysis._recommendation` for its schema), never assembled by hand.
+The figures' data (:class:`FigureData`) are numbers already read, smoothed
+and binned by ``analyze``, so drawing them reads no file.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 STATUS_RECOMMENDED = "recommended"
@@ -94,6 +97,102 @@ class Recommendation:
         return f"{self.headline} {self.detail}".strip()
 
 
+@dataclass(frozen=True)
+class DivergenceGrid:
+    """One panel of the divergence map: rows are (AMP level, black list), columns clip thresholds."""
+
+    title: str
+    rows: tuple[str, ...]
+    columns: tuple[str, ...]
+    #: "bad/total" per cell, "*" for a silent failure, "not run" where nothing ran
+    cells: tuple[tuple[str, ...], ...]
+    #: diverged-or-failed share per cell, NaN where nothing ran
+    rates: np.ndarray
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One configuration's line over steps: the median over its seeds, already smoothed and binned."""
+
+    label: str  # "#rank config_id", as the legend shows it
+    #: the configuration's position in its figure (which colour it gets)
+    slot: int
+    steps: np.ndarray
+    median: np.ndarray
+    #: min and max over seeds (the shaded band); None where the figure draws no band
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+    #: the FP32 baseline (drawn dashed, without a band)
+    reference: bool = False
+
+
+@dataclass(frozen=True)
+class LossFigureData:
+    """Loss of the best-ranked configurations and of FP32."""
+
+    curves: tuple[Curve, ...]
+    #: steps per centred moving-average window the curves were smoothed over
+    window: int
+    #: the best configuration's target loss; NaN when there is none
+    target: float
+
+
+@dataclass(frozen=True)
+class ClipLine:
+    """One clip threshold of the sweep and how often it fired for the figure's AMP level and black list."""
+
+    clip: float
+    rate: float  # NaN where that threshold was not run with them
+
+
+@dataclass(frozen=True)
+class GradNormFigureData:
+    """Pre-clip gradient norm of the recommended (or best mixed) configuration and its unclipped sibling."""
+
+    curves: tuple[Curve, ...]  # in drawing order: the sibling first, so the configuration is on top
+    thresholds: tuple[ClipLine, ...]
+
+
+@dataclass(frozen=True)
+class LayerSeries:
+    """One parameter's ``grad_absmax`` at the sampled steps, non-finite values kept."""
+
+    name: str
+    steps: np.ndarray
+    absmax: np.ndarray
+
+
+@dataclass(frozen=True)
+class LayerFigureData:
+    """Per-layer gradient maxima of one diverged trial (``layers/``)."""
+
+    trial_id: str
+    amp_level: str
+    black_list_key: str
+    clip: float | None
+    seed: int | None
+    dtype: str
+    first_nonfinite: float | None
+    #: the parameters shown: those non-finite first, then the largest
+    layers: tuple[LayerSeries, ...]
+    #: parameters with a finite maximum (the rest of them are only in ``layers/``)
+    n_layers: int
+    #: largest finite value over every parameter (1.0 when there is none)
+    peak: float
+    #: smallest and largest finite positive value over every parameter; None when there is none
+    positive_range: tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class FigureData:
+    """What report.html's figures of one device kind show, as numbers; None where a figure has no data."""
+
+    loss: LossFigureData | None = None
+    grad_norm: GradNormFigureData | None = None
+    divergence: tuple[DivergenceGrid, ...] = ()
+    layers: LayerFigureData | None = None
+
+
 @dataclass
 class KindAnalysis:
     """Ranking and recommendation for one device kind.
@@ -109,6 +208,8 @@ class KindAnalysis:
     recommendation: Recommendation
     #: whether step time may decide the order (not on CPU, where float16 is emulated)
     speed_decides: bool = False
+    #: the figures' data; None when ``analyze`` was asked not to gather it
+    figures: FigureData | None = None
 
     @property
     def recommended(self) -> pd.Series | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ampsweep.contracts import FP32_LEVEL
+
 from ._classes import TIER_UNSTABLE, clip_text
 
 _SAME = ["amp_level", "black_list_key", "clip", "loss_scale", "dtype", "device_kind"]
@@ -30,7 +32,7 @@ def _what(row: pd.Series) -> str:
 def loss_class_notes(scores: pd.DataFrame) -> list[str]:
     """One sentence per class that ``outside`` makes pointless to black-list (the driver marked it)."""
     marked = scores[
-        scores["equivalent_to"].notna() & (scores["loss_placement"] == "outside") & (scores["amp_level"] != "O0")
+        scores["equivalent_to"].notna() & (scores["loss_placement"] == "outside") & (scores["amp_level"] != FP32_LEVEL)
     ]
     if marked.empty:
         return []
@@ -53,7 +55,7 @@ def placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = None) -
     extra = loss_class_notes(scores) if scores is not None and "loss_placement" in scores else []
     if "loss_placement" not in ranking or ranking["loss_placement"].nunique() < 2:
         return extra
-    rows = ranking[ranking["amp_level"] != "O0"]
+    rows = ranking[ranking["amp_level"] != FP32_LEVEL]
     by_key: dict[tuple, dict[str, pd.Series]] = {}
     for _, row in rows.iterrows():
         by_key.setdefault(_key(row), {})[str(row["loss_placement"])] = row

@@ -117,8 +117,7 @@ def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
         return _with_bad_clip(row, unstable_phrase(row))
     if tier == cls.TIER_SILENT:
         text = (
-            f"finite on all {row['n_trials']} {runs(row)} but learns clearly worse than FP32: "
-            f"{row['silent_reason']} (silent failure)"
+            f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
         )
         if row.get("localizations"):
             text += f"; localized to {localizations_phrase(row['localizations'])}"
@@ -174,7 +173,7 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
 
 def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
     frame = configs.copy()
-    tiers = [cls.tier(row, reference) for _, row in frame.iterrows()]
+    tiers = [cls.tier(row) for _, row in frame.iterrows()]
     frame["tier"] = [t for t, _ in tiers]
     frame["silent_reason"] = [r for _, r in tiers]
     frame["stability"] = frame["tier"].map(cls.TIER_LABELS)

@@ -24,13 +24,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    TARGET_FROM_FP32,
+    LearningEvidence,
+    Outcome,
+    TrialVerdict,
+    Verdict,
+    trial_verdict,
+)
+
 from ._load import load_trials
 from ._model import Fp32Reference
 from ._steps import aggregate_steps
 
-TARGET_FROM_FP32 = 1.1
-BASELINE_LEVEL = "O0"
-UNSTABLE_OUTCOMES = ("diverged", "failed")
+UNSTABLE_OUTCOMES = (Outcome.DIVERGED.value, Outcome.FAILED.value)
 
 
 def ranked_trials(trials: pd.DataFrame) -> pd.Series:
@@ -46,7 +54,7 @@ def ranked_trials(trials: pd.DataFrame) -> pd.Series:
 
 
 def _reference_mask(trials: pd.DataFrame) -> pd.Series:
-    o0 = (trials["amp_level"] == BASELINE_LEVEL) & trials["ranked"]
+    o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
     plain = o0 & trials["clip"].isna() & (trials["black_list"].map(len) == 0)
     keys = ["workload", "device_kind", "seed"]
     has_plain = plain.groupby([trials[k] for k in keys], dropna=False).transform("any")
@@ -106,7 +114,7 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     trials["ranked"] = ranked_trials(trials)
     trials["reference"] = _reference_mask(trials)
 
-    is_o0 = (trials["amp_level"] == BASELINE_LEVEL) & trials["ranked"]
+    is_o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
     given = trials["target_loss"]
     phase1 = {t: g for t, g, o in zip(trials["trial_id"], given, is_o0) if o}
     steps = aggregate_steps(sweep_dir, phase1)
@@ -139,7 +147,66 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
         scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(steps["median_step_ms"] > 0)
     scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
     scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
+    verdicts = _verdicts(scores, baseline_final)
+    scores["verdict"] = [v.verdict.value for v in verdicts]
+    scores["verdict_reason"] = [v.reason for v in verdicts]
     return scores
+
+
+def _fp32_reached(scores: pd.DataFrame) -> pd.Series:
+    """Whether the FP32 reference of each trial's seed reached its target (None = unknown).
+
+    The same workload, device kind and seed first; a seed without an FP32 run
+    takes the majority of its kind's FP32 runs.
+    """
+    ref = scores[scores["reference"] & scores["target"].notna()]
+    reached = ref["steps_to_target"].notna()
+    keys = ["workload", "device_kind", "seed"]
+    by_seed = reached.groupby([ref[k] for k in keys], dropna=False).any().to_dict()
+    by_kind = (reached.groupby([ref["workload"], ref["device_kind"]], dropna=False).mean() >= 0.5).to_dict()
+    out = []
+    for row in scores[keys].itertuples(index=False):
+        value = by_seed.get(tuple(row), by_kind.get((row.workload, row.device_kind)))
+        out.append(None if value is None else bool(value))
+    return pd.Series(out, index=scores.index, dtype="object")
+
+
+def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerdict]:
+    """Each trial's verdict (``ampsweep.contracts.trial_verdict``) against its seed's FP32 run."""
+    fp32_reached = _fp32_reached(scores)
+    out = []
+    for outcome, final, to_target, target, fp32_final, reached in zip(
+        scores["outcome"],
+        scores["final"],
+        scores["steps_to_target"],
+        scores["target"],
+        baseline_final,
+        fp32_reached,
+    ):
+        trial = LearningEvidence(
+            final_loss=None if pd.isna(final) else float(final),
+            reached_target=None if pd.isna(target) else bool(pd.notna(to_target)),
+        )
+        fp32 = (
+            None
+            if pd.isna(fp32_final) and reached is None
+            else LearningEvidence(None if pd.isna(fp32_final) else float(fp32_final), reached)
+        )
+        out.append(trial_verdict(outcome, trial, fp32))
+    return out
+
+
+def trial_verdicts(sweep_dir: str | Path) -> dict[str, TrialVerdict]:
+    """The verdict of every committed trial of a sweep folder, by trial id.
+
+    What the adaptive search decides from: the same verdicts the ranking
+    and the report use.
+    """
+    scores = trial_scores(sweep_dir)
+    return {
+        trial_id: TrialVerdict(Verdict(verdict), reason)
+        for trial_id, verdict, reason in zip(scores["trial_id"], scores["verdict"], scores["verdict_reason"])
+    }
 
 
 def _speed_vs_fp32(scores: pd.DataFrame) -> pd.Series:

@@ -52,7 +52,7 @@ def _family_table(family: SearchFamily) -> Table:
                 "[" + ", ".join(probe.black_list) + "]",
                 _clip(probe.clip),
                 outcomes,
-                "; ".join(dict.fromkeys(probe.localized)) or "-",
+                "; ".join(dict.fromkeys(str(cell) for cell in probe.localized)) or "-",
                 probe.decision or "-",
             )
         )

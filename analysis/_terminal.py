@@ -1,7 +1,8 @@
 """The terminal table ``ampsweep run`` and ``ampsweep report`` print, built from the model.
 
 The CLI used to take the rule string apart; here every cell comes from the
-ranking's own columns, the placement phrase included.
+ranking's own columns, the placement phrase included. Formatting only: the
+rows come from the analysis in hand, nothing is read.
 """
 
 from __future__ import annotations
@@ -10,13 +11,41 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._analyze import top_configs
+import pandas as pd
+
+from ._configs import CONFIG_KEYS
 from ._model import SweepAnalysis
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+#: What :func:`top_rows` keeps: enough to choose, the rest is in the CSV.
+TOP_COLUMNS = (
+    "rank",
+    "stability",
+    *CONFIG_KEYS,
+    "n_seeds",
+    "divergence_rate",
+    "clip_rate_median",
+    "steps_to_target_median",
+    "final_loss_median",
+    "speed_vs_fp32_median",
+    "phrase",
+    "tied_with_above",
+    "rule",
+)
 HEADERS = ("#", "configuration", "seeds", "diverged", "clip rate", "steps to target", "final loss")
+
+
+def top_rows(ranking: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
+    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
+    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
+        # each device kind is ranked on its own: its first n rows, kind after kind
+        ranking = ranking.groupby("device_kind", sort=False).head(n)
+    else:
+        ranking = ranking.head(n)
+    return ranking.loc[:, columns].reset_index(drop=True)
 
 
 def _fmt(value: Any, pattern: str) -> str:
@@ -53,7 +82,7 @@ def terminal_table(result: SweepAnalysis, top: int, report_path: str | Path | No
     """
     from rich.table import Table
 
-    frame = top_configs(result, top)
+    frame = top_rows(result.ranking, top)
     where = f" (full report: {report_path})" if report_path is not None else ""
     table = Table(title=f"top {len(frame)} configurations{where}", show_lines=True)
     for name in HEADERS:

@@ -11,6 +11,8 @@ from ._amp import known_layer_types, network_cell_types
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
 from ._result import Outcome, TrialResult
+from ._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
+from ._trainer import mindspore_version
 from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
 
@@ -24,6 +26,11 @@ __all__ = [
     "Workload",
     "WorkloadError",
     "build_workload",
+    "checkpoint_step",
+    "mindspore_version",
+    "misfits",
+    "read_checkpoint",
+    "snapshot_id",
     "known_layer_types",
     "load_factory",
     "network_cell_types",

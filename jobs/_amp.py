@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ampsweep.contracts import FP32_LEVEL
+
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 DTYPES = ("float16", "bfloat16")
 
@@ -55,7 +57,7 @@ def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> 
     """
     from mindspore.common import dtype as mstype
 
-    if level == "O0":
+    if level == FP32_LEVEL:
         return cell
     # O1's rewrite puts the network's source folder on sys.path and leaves it there: a
     # later ``import mindcv`` in this process would find jobs/workloads/mindcv.py instead

@@ -38,12 +38,24 @@ def _dataset_epochs(dataset: Any, steps: int) -> Iterator[Any]:
             raise RuntimeError("the workload's mindspore.dataset pipeline yielded no batches")
 
 
-def batch_stream(batches: Any, steps: int) -> Iterator[tuple[Any, ...]]:
-    """``steps`` batches as tuples ``(*inputs, label)`` of Tensors.
+def batch_stream(batches: Any, steps: int, skip: int = 0) -> Iterator[tuple[Any, ...]]:
+    """``steps`` batches as tuples ``(*inputs, label)`` of Tensors, after passing over ``skip``.
 
-    Raises ``RuntimeError`` naming the shortfall when a plain iterable ends early.
+    ``skip`` is where a forked trial's data continues: the batches its prefix
+    consumed are drawn and dropped (a dataset pipeline runs its epochs, so
+    its per-epoch shuffle stays the one a from-zero run sees), never
+    converted. Raises ``RuntimeError`` naming the shortfall when a plain
+    iterable ends early.
     """
-    source = _dataset_epochs(batches, steps) if is_dataset(batches) else iter(batches)
+    source = _dataset_epochs(batches, skip + steps) if is_dataset(batches) else iter(batches)
+    for index in range(skip):
+        try:
+            next(source)
+        except StopIteration:
+            raise RuntimeError(
+                f"workload batches ended after {index} batches; the trial starts at step {skip} "
+                "and skips the batches before it (yield more, or accept start_step in the factory)"
+            ) from None
     for index in range(steps):
         try:
             batch = next(source)

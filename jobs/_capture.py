@@ -27,10 +27,10 @@ def skipped_steps(config: TrialConfig, finite: np.ndarray) -> np.ndarray:
 
 
 def steps_table(config: TrialConfig, metrics: Any) -> pa.Table:
-    """One row per step that ran."""
+    """One row per step that ran; ``step`` is global: a trial forked at N starts at N."""
     return pa.table(
         {
-            "step": np.arange(len(metrics.loss), dtype=np.int64),
+            "step": config.start_step + np.arange(len(metrics.loss), dtype=np.int64),
             "loss": metrics.loss,
             "grad_norm": metrics.grad_norm,
             "clipped": is_clipped(metrics.grad_norm, config.clip),
@@ -59,7 +59,8 @@ def sampled_steps(config: TrialConfig, steps_run: int) -> np.ndarray:
 def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
     """Per-parameter gradient statistics of the sampled steps the trainer measured.
 
-    ``metrics.layer_steps`` names the steps the rows of ``layer_norm``,
+    ``metrics.layer_steps`` names the steps (counted from the trial's start; the
+    table holds global steps, ``config.start_step`` added) the rows of ``layer_norm``,
     ``layer_absmax`` and ``layer_nonfinite`` belong to; the trainer runs its
     sampled variant exactly on ``sampled_steps``.
     """
@@ -67,7 +68,7 @@ def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
     params = len(metrics.layer_names)
     return pa.table(
         {
-            "step": np.repeat(steps, params),
+            "step": np.repeat(config.start_step + steps, params),
             "layer": pa.array(metrics.layer_names * len(steps), pa.string()),
             "grad_norm": np.asarray(metrics.layer_norm).reshape(-1).astype(np.float64),
             "grad_absmax": np.asarray(metrics.layer_absmax).reshape(-1).astype(np.float64),

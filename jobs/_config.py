@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ampsweep.contracts import parse_loss_scale
+from ampsweep.contracts import FP32_LEVEL, parse_loss_scale
 
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (
@@ -61,6 +61,13 @@ class TrialConfig:
     loss_placement: str = "outside"
     #: replay a trial that broke to name the Cell that did (costs seconds per broken trial)
     localize: bool = True
+    #: the global step the trial starts at: 0 trains from the factory's initial state;
+    #: N > 0 loads the snapshot ``start_from`` (taken after N steps) and continues the data there
+    start_step: int = 0
+    #: content id of that snapshot (an FP32 prefix the sweep ran, or the user's checkpoint)
+    start_from: str | None = None
+    #: an FP32 prefix run: train ``steps`` steps, then hand back a snapshot of the state
+    save_snapshot: bool = False
 
     def canonical(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,6 +77,12 @@ class TrialConfig:
         # the hash so those sweeps keep their trial ids and resume as they were
         if self.loss_placement != "inside":
             canonical["loss_placement"] = self.loss_placement
+        # a trial from step 0 keeps the id it had before trials could fork
+        if self.start_step or self.start_from:
+            canonical["start_step"] = self.start_step
+            canonical["start_from"] = self.start_from
+        if self.save_snapshot:
+            canonical["save_snapshot"] = True
         return canonical
 
     @property
@@ -82,7 +95,7 @@ class TrialConfig:
         graph = {key: data[key] for key in _GRAPH_FIELDS if key in data}
         if "loss_placement" in data:
             graph["loss_placement"] = data["loss_placement"]
-        if self.amp_level == "O0":
+        if self.amp_level == FP32_LEVEL:
             # O0 casts nothing: every black list, dtype and loss placement builds the
             # same FP32 graph, so a worker compiles it once for all of them
             for key in ("black_list", "dtype", "loss_placement"):

@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
-from ampsweep.contracts import ANOMALIES_SCHEMA, learns_clearly_worse
+from ampsweep.contracts import (
+    ANOMALIES_SCHEMA,
+    FP32_LEVEL,
+    TARGET_FROM_FP32,
+    LearningEvidence,
+    Verdict,
+    steps_to_target,
+    trial_verdict,
+)
 
 from ._result import Outcome, TrialResult
 
@@ -25,15 +34,36 @@ if TYPE_CHECKING:
 
 def localize_mode(result: TrialResult, fp32_final_loss: float | None) -> tuple[str, int | None] | None:
     """``(mode, until_step)`` for the replay this trial needs, or None."""
-    if result.outcome == Outcome.FAILED or result.config.amp_level == "O0":
+    if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
         return None
     nonfinite = result.steps.column("nonfinite").to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(nonfinite)
     if result.outcome == Outcome.DIVERGED or len(bad):
-        return "nonfinite", int(bad[0]) if len(bad) else result.first_nonfinite_step
-    if learns_clearly_worse(result.final_loss, fp32_final_loss):
+        # the replay counts steps from the trial's start; the tables count globally
+        first = result.first_nonfinite_step
+        return "nonfinite", int(bad[0]) if len(bad) else (
+            None if first is None else first - result.config.start_step
+        )
+    if _silent(result, fp32_final_loss):
         return "departure", None
     return None
+
+
+def _silent(result: TrialResult, fp32_final_loss: float | None) -> bool:
+    """Whether the trial is a silent failure by the contracts' verdict, as far as the worker can tell.
+
+    The worker knows its seed's FP32 final loss, not FP32's whole curve, so
+    it assumes FP32 reached its target: a trial that stays above the target
+    is then replayed. An extra replay costs seconds; a missed one leaves the
+    search with no Cell to black-list. The report's verdict is the analysis'.
+    """
+    if fp32_final_loss is None:
+        return False
+    target = result.target_loss if result.target_loss is not None else TARGET_FROM_FP32 * fp32_final_loss
+    loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
+    trial = LearningEvidence(result.final_loss, steps_to_target(loss, target) is not None)
+    fp32 = LearningEvidence(fp32_final_loss, reached_target=True)
+    return trial_verdict(result.outcome, trial, fp32).verdict is Verdict.SILENT
 
 
 def diagnose(
@@ -54,7 +84,7 @@ def diagnose(
 
     mode, until_step = wanted
     try:
-        return localize(
+        table = localize(
             result.config,
             workload_ref,
             mode=mode,
@@ -64,3 +94,13 @@ def diagnose(
         )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()
+    return _global_steps(table, result.config.start_step)
+
+
+def _global_steps(table: pa.Table, start_step: int) -> pa.Table:
+    """The replay counts from the trial's start; the table records global steps, like ``steps``."""
+    if not start_step or not table.num_rows:
+        return table
+    index = table.schema.get_field_index("replay_step")
+    shifted = pa.compute.add(table.column(index), pa.scalar(start_step, pa.int64()))
+    return table.set_column(index, table.schema.field(index), shifted)

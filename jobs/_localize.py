@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ampsweep.contracts import ANOMALIES_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
@@ -371,7 +371,7 @@ def localize(
                 return _table([])
             twin = _fp32_twin(config, workload_ref, finding, graphs)
             _compare_with_fp32(finding, finding.forward, twin)
-            if config.amp_level != "O0":
+            if config.amp_level != FP32_LEVEL:
                 finding.note.append(
                     "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "
                     "apart (fusion changes rounding)"

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from ampsweep.contracts import FP32_LEVEL
+
 from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
 from ._step import CompiledStep, make_scaler
-from ._trainer import seed_everything
-from ._workload import build_workload
+from ._trainer import skip_batches, trial_workload
 
 _EPS = 1e-6  # as in the compiled step's clipping factor
 
@@ -49,8 +50,7 @@ class _Replay:
 
         from ._loss_cell import cast_for_trial
 
-        seed_everything(config.seed)
-        workload = build_workload(workload_ref, config.seed, config.workload_args)
+        workload = trial_workload(config, workload_ref)  # a forked trial's replay starts at its snapshot
         self.config = config
         self.workload = workload
         self.loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
@@ -59,7 +59,7 @@ class _Replay:
         self.params = self.optimizer.parameters
         self.scaler = make_scaler(config.loss_scale)
         self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
-        self.batches = batch_stream(workload.batches, steps)
+        self.batches = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
         self.probe: CellProbe | None = None
         self._compiled: Any = None
         self._clip = ms.Tensor(
@@ -191,7 +191,7 @@ class _Replay:
 
 
 def _fp32(config: TrialConfig) -> TrialConfig:
-    return dataclasses.replace(config, amp_level="O0", black_list=())
+    return dataclasses.replace(config, amp_level=FP32_LEVEL, black_list=())
 
 
 def _parameter_owner(param_name: str, probe: CellProbe) -> str:

@@ -8,25 +8,16 @@ commits. Tables travel as Arrow, so the driver writes them without copying.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 
-from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA, Outcome
 
 from ._config import TrialConfig
 from ._placement import Placement
-
-
-class Outcome(str, enum.Enum):
-    """How a trial ended. ``str`` values are what the ``trials`` table stores."""
-
-    COMPLETED = "completed"  # ran every step
-    DIVERGED = "diverged"  # the loss stayed non-finite for ``abort_after`` steps
-    FAILED = "failed"  # an exception, or a trial that killed its worker too often
 
 
 def _empty(schema: pa.Schema) -> pa.Table:
@@ -51,6 +42,8 @@ class TrialResult:
     steps: pa.Table = field(default_factory=lambda: _empty(STEPS_SCHEMA))
     layers: pa.Table = field(default_factory=lambda: _empty(LAYERS_SCHEMA))
     anomalies: pa.Table = field(default_factory=lambda: _empty(ANOMALIES_SCHEMA))
+    #: an FP32 prefix run's training state at its end (``TrialConfig.save_snapshot``), checkpoint bytes
+    snapshot: bytes | None = None
 
     @property
     def trial_id(self) -> str:
@@ -97,6 +90,8 @@ class TrialResult:
             "outcome": Outcome(self.outcome).value,
             "steps_run": self.steps_run,
             "first_nonfinite_step": self.first_nonfinite_step,
+            "start_step": config.start_step,
+            "start_from": config.start_from,
             "final_loss": self.final_loss,
             "target_loss": self.target_loss,
             "equivalent_to": equivalent_to,

@@ -219,6 +219,10 @@ class CompiledStep:
         for key, source in self._state.items():
             target[key].set_data(ms.Tensor(source.asnumpy()))
 
+    def named_state(self) -> dict[str, Any]:
+        """Network parameters and optimizer state under their plain names: what a snapshot saves."""
+        return {name: param for (owner, name), param in self._state.items() if owner in ("net", "opt")}
+
     def clip_tensor(self, clip: float | None) -> Any:
         return self._tensor(_NO_CLIP if clip is None else clip, self._float32)
 

@@ -21,13 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep.contracts import final_loss, first_nonfinite_step
+from ampsweep.contracts import FP32_LEVEL, final_loss, first_nonfinite_step
 
 from ._batches import batch_stream
 from ._capture import layers_table, steps_table
 from ._config import TrialConfig
 from ._placement import Placement
 from ._result import Outcome, TrialResult
+from ._snapshot import recall, snapshot_of, starting_from
 from ._step import LEAN, SAMPLED, CompiledStep, GraphCache
 from ._workload import Workload, build_workload
 
@@ -58,7 +59,7 @@ class TrialMetrics:
 
 
 def _check_device_support(config: TrialConfig, device_target: str) -> None:
-    if config.dtype == "bfloat16" and config.amp_level != "O0" and device_target == "CPU":
+    if config.dtype == "bfloat16" and config.amp_level != FP32_LEVEL and device_target == "CPU":
         raise UnsupportedCombination(
             "bfloat16 is not supported by MindSpore's CPU backend; run this trial on Ascend or GPU."
         )
@@ -89,7 +90,7 @@ def _train(
 
     clip = step.clip_tensor(config.clip)
     every = max(1, config.layer_every)
-    batches = batch_stream(workload.batches, config.steps)
+    batches = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
     rows: list[np.ndarray] = []
     step_ms: list[float] = []
     first_calls: list[tuple[int, float]] = []  # (step, seconds) of each compiling call
@@ -182,6 +183,26 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
+def trial_workload(config: TrialConfig, workload_ref: str) -> Workload:
+    """The workload as this trial starts it: seeded, built, and at its start step.
+
+    A forked trial loads its snapshot (``jobs._snapshot.remember`` read it
+    for this process); the factory positions its own data when it accepts
+    ``start_step``, else ``skip_batches`` says how many the trainer skips.
+    The trial and every replay of it (localization, its FP32 twin) start here.
+    """
+    seed_everything(config.seed)
+    workload = build_workload(workload_ref, config.seed, config.workload_args, start_step=config.start_step)
+    if config.start_from:
+        workload = starting_from(workload, recall(config.start_from))
+    return workload
+
+
+def skip_batches(config: TrialConfig, workload: Workload) -> int:
+    """Batches the trainer draws and drops before the trial's first step."""
+    return config.start_step - workload.data_start
+
+
 def run_trial(
     config: TrialConfig,
     workload_ref: str,
@@ -194,8 +215,7 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
-        seed_everything(config.seed)
-        workload = build_workload(workload_ref, config.seed, config.workload_args)
+        workload = trial_workload(config, workload_ref)
         target_loss = workload.target_loss
         if cache is None:
             step, reused = CompiledStep(config, workload), False
@@ -204,6 +224,7 @@ def run_trial(
         metrics, compile_s, abort_at = _train(config, workload, step)
         if reused:
             compile_s = 0.0
+        snapshot = snapshot_of(step.named_state()) if config.save_snapshot and abort_at is None else None
     except Exception as exc:  # a trial's failure must not stop the sweep
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
@@ -220,14 +241,20 @@ def run_trial(
         outcome=Outcome.COMPLETED if abort_at is None else Outcome.DIVERGED,
         placement=placement,
         steps_run=len(metrics.loss),
-        first_nonfinite_step=first_nonfinite_step(metrics.loss),
+        first_nonfinite_step=_global(config, first_nonfinite_step(metrics.loss)),
         final_loss=final_loss(metrics.loss),
         target_loss=None if target_loss is None else float(target_loss),
         compile_s=compile_s,
         wall_s=time.perf_counter() - started,
         steps=steps_table(config, metrics),
         layers=layers_table(config, metrics),
+        snapshot=snapshot,
     )
+
+
+def _global(config: TrialConfig, step: int | None) -> int | None:
+    """A step counted from the trial's start, as the global step the tables record."""
+    return None if step is None else config.start_step + step
 
 
 def one_line(exc: BaseException) -> str:

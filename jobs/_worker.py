@@ -57,13 +57,18 @@ class TrialWorker:
         return {**vars(self.placement), "pid": os.getpid()}
 
     def run(
-        self, config: TrialConfig, workload_ref: str, fp32_final_loss: float | None = None
+        self,
+        config: TrialConfig,
+        workload_ref: str,
+        fp32_final_loss: float | None = None,
+        start: bytes | None = None,
     ) -> TrialResult:
         """Train one trial; then, if it broke, replay it to name the Cell that did.
 
         ``fp32_final_loss`` is the final loss of the FP32 baseline with the
         same seed, when the driver has it: it tells a silent failure (finite,
-        but far worse than FP32) from a healthy trial.
+        but far worse than FP32) from a healthy trial. ``start`` is the
+        snapshot a forked trial starts from (checkpoint bytes).
         """
         from ._diagnose import diagnose
         from ._trainer import run_trial
@@ -71,6 +76,10 @@ class TrialWorker:
         reference = parse_reference(workload_ref)
         if reference.is_file and not os.path.isabs(reference.module):
             workload_ref = str(reference.with_module(os.path.join(self.home, reference.module)))
+        if start is not None and config.start_from:
+            from ._snapshot import remember
+
+            remember(config.start_from, start)
         result = run_trial(config, workload_ref, self.placement, self.graphs)
         if config.localize:
             result.anomalies = diagnose(result, workload_ref, fp32_final_loss, self.graphs)

@@ -9,54 +9,19 @@ user gets, before Ray starts and before anything is written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from ._config import FailurePolicy, RunConfig
+from ._launcher import run_sweep
 from ._plan import SweepPlan
+from ._result import SweepResult
+from ._search import AdaptiveSearch
 from ._spec import SweepSpec, parse_spec, read_spec
 from ._workload_check import WorkloadFacts, check_workload
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from ampsweep.analysis import SweepAnalysis
-
-
-@dataclass
-class SweepResult:
-    """A finished run: counts of this run, and the sweep folder to analyse."""
-
-    root: str
-    total: int
-    skipped: int
-    ran: int
-    outcomes: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def is_local(self) -> bool:
-        return "://" not in self.root
-
-    def trials(self) -> pd.DataFrame:
-        """One row per committed trial (``analysis.load_trials``)."""
-        from ampsweep.analysis import load_trials
-
-        return load_trials(self.root)
-
-    def analyze(self) -> SweepAnalysis:
-        """Scores, ranking and recommendation, computed once."""
-        from ampsweep.analysis import analyze
-
-        return analyze(self.root)
-
-    def report(self, analysis: SweepAnalysis | None = None) -> Path:
-        """Write ``report/`` (Markdown, HTML, JSON, CSV) and return its folder."""
-        from ampsweep.analysis import write_report
-
-        return Path(write_report(self.root, analysis=analysis or self.analyze()))
 
 
 class Sweep:
@@ -87,19 +52,15 @@ class Sweep:
         return yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
 
     def plan(self) -> SweepPlan:
-        return SweepPlan.from_spec(self.spec, self.workload_ref, self.workload.loss_only_classes)
+        return SweepPlan.from_spec(
+            self.spec, self.workload_ref, self.workload.loss_only_classes, self.workload.starts
+        )
 
     def run(self, out: str | Path, config: RunConfig | None = None, **overrides: Any) -> SweepResult:
         """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""
-        from ._launcher import run_sweep
-
         config = replace(config or RunConfig(), **overrides)
         if config.failure is None:
             config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
         if self.spec.search == "adaptive":
-            from ._search import AdaptiveSearch
-
-            done = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config).run()
-        else:
-            done = run_sweep(self.plan(), self.resolved_yaml(), str(out), config)
-        return SweepResult(done.root, done.total, done.skipped, done.ran, dict(done.outcomes))
+            return AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config).run()
+        return run_sweep(self.plan(), self.resolved_yaml(), str(out), config)

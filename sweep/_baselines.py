@@ -6,6 +6,7 @@ far worse than its FP32 baseline (a silent float16 failure) is localized too.
 
 from __future__ import annotations
 
+from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig
 
 
@@ -16,7 +17,7 @@ class Baselines:
         self._by_seed: dict[int, list[tuple[TrialConfig, float]]] = {}
 
     def add(self, config: TrialConfig, final_loss: float | None) -> None:
-        if config.amp_level == "O0" and final_loss is not None:
+        if config.amp_level == FP32_LEVEL and final_loss is not None:
             self._by_seed.setdefault(config.seed, []).append((config, final_loss))
 
     def for_trial(self, config: TrialConfig) -> float | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
 
 from ._baselines import Baselines
@@ -57,12 +58,14 @@ class DispatchOptions:
     compute_on: str | None
     failure: FailurePolicy
     fail_fast: bool = True
+    #: snapshot id -> its bytes in Ray's object store, for the trials that fork (``start_from``)
+    snapshots: dict[str, Any] = field(default_factory=dict)
 
 
 def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
     """FP32 (O0) trials first: a broken workload shows on the baseline at once, and each
     mixed-precision trial can be judged against its seed's FP32 final loss."""
-    return sorted(trials, key=lambda trial: trial.amp_level != "O0")
+    return sorted(trials, key=lambda trial: trial.amp_level != FP32_LEVEL)
 
 
 def next_trial(pending: deque[TrialConfig], own: set[str], held: set[str]) -> int:
@@ -73,10 +76,10 @@ def next_trial(pending: deque[TrialConfig], own: set[str], held: set[str]) -> in
     as few actors as possible); else the head of the queue. The search never passes
     an FP32 trial for a mixed-precision one, so baselines still run first.
     """
-    phase = pending[0].amp_level != "O0"
+    phase = pending[0].amp_level != FP32_LEVEL
     fresh: int | None = None
     for position, candidate in enumerate(pending):
-        if (candidate.amp_level != "O0") != phase:
+        if (candidate.amp_level != FP32_LEVEL) != phase:
             break
         if candidate.graph_id in own:
             return position
@@ -165,8 +168,9 @@ class Dispatcher:
         slot.busy = True
         config = self._take_for(slot)
         self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
-        hint = self.baselines.for_trial(config) if config.amp_level != "O0" else None
-        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref, hint)] = (slot, config)
+        hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
+        start = self.options.snapshots.get(config.start_from) if config.start_from else None
+        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref, hint, start)] = (slot, config)
 
     def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
         setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
@@ -196,7 +200,7 @@ class Dispatcher:
     def _judge_early(self, early: list[TrialResult]) -> None:
         errors = {r.error for r in early}
         all_failed = all(r.outcome == Outcome.FAILED for r in early)
-        baseline = any(r.config.amp_level == "O0" for r in early)
+        baseline = any(r.config.amp_level == FP32_LEVEL for r in early)
         if all_failed and len(errors) == 1 and baseline and early[0].error:
             where = workload_frame(early[0].traceback)
             detail = f"{early[0].error}" + (f"\n  {where}" if where else "")
@@ -215,8 +219,11 @@ class Dispatcher:
         from ray.exceptions import RayActorError, RayTaskError
 
         for slot in self.slots:
-            self._start_actor(slot)
-            self._dispatch(slot, before_ready=True)
+            if slot.actor is not None and slot.ready and not slot.gone:
+                self._dispatch(slot)  # an actor kept from an earlier phase (the FP32 prefixes)
+            else:
+                self._start_actor(slot)
+                self._dispatch(slot, before_ready=True)
         try:
             while self.in_flight or (self.pending and self.probes):
                 problem = watch.problem()

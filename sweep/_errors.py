@@ -43,6 +43,10 @@ class WorkloadBroken(SweepStopped):
     """The first trials, the FP32 baseline among them, all failed with the same exception."""
 
 
+class PrefixFailed(SweepStopped):
+    """An FP32 prefix of ``start_from: {steps: N}`` did not reach step N: nothing to fork from."""
+
+
 class Interrupted(SweepStopped):
     """Ctrl-C (SIGINT) or SIGTERM of the driver."""
 

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig
 
 from ._spec import SweepSpec
 
+if TYPE_CHECKING:
+    from ._start import Starts
 
-def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
-    """Every point of the product of the axes, in a deterministic order, without duplicates."""
+
+def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConfig]:
+    """Every point of the product of the axes, in a deterministic order, without duplicates.
+
+    ``starts`` (the spec's resolved ``start_from``) forks each seed's trials
+    from its snapshot.
+    """
     grid = spec.grid
     trials: dict[str, TrialConfig] = {}
     for level, black, clip, scale, dtype, placement, seed in itertools.product(
@@ -38,6 +47,9 @@ def expand_grid(spec: SweepSpec) -> list[TrialConfig]:
             seed=seed,
             loss_placement=placement,
         )
+        point = starts.for_seed(seed) if starts is not None else None
+        if point is not None:
+            config = replace(config, start_step=point.step, start_from=point.snapshot)
         trials.setdefault(config.trial_id, config)
     return list(trials.values())
 
@@ -54,7 +66,7 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
     by_id = {t.trial_id: t for t in trials}
     result = _o0_equivalents(trials, by_id)
     for trial in trials:
-        if trial.trial_id in result or trial.loss_placement != "outside" or trial.amp_level == "O0":
+        if trial.trial_id in result or trial.loss_placement != "outside" or trial.amp_level == FP32_LEVEL:
             continue
         kept = tuple(name for name in trial.black_list if name not in loss_classes)
         if kept != trial.black_list:
@@ -66,13 +78,13 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
 
 def _o0_equivalents(trials: list[TrialConfig], by_id: dict[str, TrialConfig]) -> dict[str, str]:
     """Under O0 nothing is cast: black list, dtype and loss placement change nothing."""
-    canonical_dtype = {t.dtype for t in trials if t.amp_level == "O0"}
+    canonical_dtype = {t.dtype for t in trials if t.amp_level == FP32_LEVEL}
     first_dtype = "float16" if "float16" in canonical_dtype else min(canonical_dtype, default="float16")
-    placements = {t.loss_placement for t in trials if t.amp_level == "O0"}
+    placements = {t.loss_placement for t in trials if t.amp_level == FP32_LEVEL}
     first_placement = "outside" if "outside" in placements else min(placements, default="outside")
     result: dict[str, str] = {}
     for trial in trials:
-        if trial.amp_level != "O0":
+        if trial.amp_level != FP32_LEVEL:
             continue
         base = replace(trial, black_list=(), dtype=first_dtype, loss_placement=first_placement)
         if base.trial_id != trial.trial_id and base.trial_id in by_id:

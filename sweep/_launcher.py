@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
@@ -20,21 +19,12 @@ from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
 from ._lock import DriverLock
 from ._plan import SweepPlan
+from ._prefix import make_snapshots, object_refs
 from ._progress import SweepProgress
+from ._result import SweepResult
 from ._resume import check_same_sweep
 from ._store import SweepStore
 from .devices import discover
-
-
-@dataclass
-class SweepRun:
-    """What a finished run reports back: counts, and where the results are."""
-
-    root: str
-    total: int
-    skipped: int
-    ran: int
-    outcomes: dict[str, int] = field(default_factory=dict)
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -92,7 +82,7 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
         )
 
 
-def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> SweepRun:
+def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> SweepResult:
     """Run every trial of ``plan`` that ``out`` does not already hold.
 
     The plan is validated already (``Sweep`` does that); this is the part that
@@ -113,7 +103,7 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
         warn(f"trial {trial_id}: {problem}; it runs again")
         done.discard(trial_id)
     pending = [t for t in plan.trials if t.trial_id not in done]
-    result = SweepRun(root=store.root, total=len(plan), skipped=len(plan) - len(pending), ran=0)
+    result = SweepResult(root=store.root, total=len(plan), skipped=len(plan) - len(pending), ran=0)
 
     def write_plan() -> None:
         store.write_text(SPEC_FILE, resolved_yaml)
@@ -144,6 +134,13 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
             result.ran += 1
 
         options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
+        if any(t.start_from for t in pending):
+            all_slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+            data = make_snapshots(
+                plan, pending, store, all_slots, options, run.progress, lock.beat, ClusterWatch(_own_node())
+            )
+            options.snapshots = object_refs(data)
+            slots = all_slots[: len(pending)]
         with SweepProgress(len(plan), result.skipped, run.progress) as bar:
             baselines = store.baselines(plan.trials, done)
             dispatcher = Dispatcher(slots, pending, options, commit, bar, lock.beat, len(done), baselines)

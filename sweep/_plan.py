@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampsweep.contracts import PlanEntry
+from ampsweep.contracts import SNAPSHOT_FOLDER, PlanEntry
 from ampsweep.jobs import TrialConfig
 
 from ._grid import count_graphs, equivalents, expand_grid
 from ._spec import SweepSpec
+from ._start import StartPoint, Starts
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,25 @@ class SweepPlan:
     devices: str | list[str]
     trials: list[TrialConfig]
     equivalent_to: dict[str, str] = field(default_factory=dict)
+    #: snapshot id -> where it comes from, for every snapshot a trial starts from
+    starts: dict[str, StartPoint] = field(default_factory=dict)
 
     @classmethod
     def from_spec(
-        cls, spec: SweepSpec, workload_ref: str, loss_only_classes: frozenset[str] = frozenset()
+        cls,
+        spec: SweepSpec,
+        workload_ref: str,
+        loss_only_classes: frozenset[str] = frozenset(),
+        starts: Starts | None = None,
     ) -> SweepPlan:
-        trials = expand_grid(spec)
-        return cls(spec.name, workload_ref, spec.devices, trials, equivalents(trials, loss_only_classes))
+        trials = expand_grid(spec, starts)
+        same = equivalents(trials, loss_only_classes)
+        return cls(spec.name, workload_ref, spec.devices, trials, same, starts_of(trials, starts))
+
+    @property
+    def prefixes(self) -> list[TrialConfig]:
+        """The FP32 prefix runs the trials need (one per seed), before any trial."""
+        return [p.prefix for p in self.starts.values() if p.prefix is not None]
 
     @property
     def graphs(self) -> int:
@@ -48,9 +61,44 @@ class SweepPlan:
             f"{self.name}: {len(self)} trials, {self.graphs} distinct compiled graphs, "
             f"{len(self.equivalent_to)} equivalent to another trial"
         )
-        rows = []
+        rows = self._start_lines()
         for trial in self.trials:
             same = self.equivalent_to.get(trial.trial_id)
             note = f"  (same as {same})" if same else ""
             rows.append(f"{trial.trial_id}  graph {trial.graph_id}  {trial.label}{note}")
         return [head, *rows]
+
+    def _start_lines(self) -> list[str]:
+        if not self.starts:
+            return []
+        steps = sum(t.steps for t in self.trials)
+        point = next(iter(self.starts.values()))
+        lines = [
+            f"trials start at step {point.step:,} from {point.source}: {len(self)} trials x "
+            f"{self.trials[0].steps:,} steps = {steps:,} steps"
+        ]
+        prefixes = self.prefixes
+        if prefixes:
+            cost = sum(p.steps for p in prefixes)
+            lines.append(
+                f"prefix: {len(prefixes)} FP32 runs of {prefixes[0].steps:,} steps (one per seed) = {cost:,} steps, "
+                f"run once before the trials and kept in OUT/{SNAPSHOT_FOLDER}/ for resume and later sweeps"
+            )
+            lines += [f"prefix {p.trial_id}  seed {p.seed}  snapshot {sid}" for sid, p in self._prefix_ids()]
+        return lines
+
+    def _prefix_ids(self) -> list[tuple[str, TrialConfig]]:
+        return [(sid, p.prefix) for sid, p in self.starts.items() if p.prefix is not None]
+
+
+def starts_of(trials: list[TrialConfig], starts: Starts | None) -> dict[str, StartPoint]:
+    """The start point of every snapshot the trials name."""
+    if starts is None:
+        return {}
+    found: dict[str, StartPoint] = {}
+    for trial in trials:
+        if trial.start_from and trial.start_from not in found:
+            point = starts.for_seed(trial.seed)
+            if point is not None:
+                found[point.snapshot] = point
+    return found

@@ -3,9 +3,9 @@
 For each mixed-precision level (× dtype × loss scale) of the grid:
 
 1. **baseline** — FP32 (O0) on every seed: what "learns as well as FP32" means.
-2. **grow** — the level with MindSpore's default black list. While any seed
-   diverges or fails silently (finite, but final loss beyond
-   ``ampsweep.contracts.silent_loss_limit`` of its seed's FP32), add the Cell
+2. **grow** — the level with MindSpore's default black list. While the probe
+   is not stable (``ampsweep.contracts.configuration_verdict`` over its seeds,
+   the verdict the ranking uses: any seed diverged, failed or silent), add the Cell
    class the localization replays named most often, and run again (at most
    ``search_rounds`` classes).
 3. **shrink** — delta debugging: drop each added class whose removal keeps
@@ -25,37 +25,37 @@ same decisions again without rerunning them. ``search.json`` records the path.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ampsweep.contracts import (
     CONFIRM_FOLDER,
+    FP32_LEVEL,
     SEARCH_FILE,
     SearchFamily,
     SearchLog,
     SearchRound,
     encode_search,
-    learns_clearly_worse,
-    part_path,
-    trial_row_path,
 )
 from ampsweep.jobs import TrialConfig
 
 from ._config import RunConfig
 from ._grid import equivalents
-from ._launcher import SweepRun, run_sweep
-from ._plan import SweepPlan
+from ._launcher import run_sweep
+from ._plan import SweepPlan, starts_of
+from ._result import SweepResult
+from ._search_rules import (
+    SeedEvidence,
+    is_stable,
+    next_class,
+    shrink_decision,
+    shrinkable,
+    stability_phrase,
+)
 from ._store import SweepStore
 
 if TYPE_CHECKING:
     from ._spec import SweepSpec
     from ._workload_check import WorkloadFacts
-
-STABLE, DIVERGED, SILENT, FAILED = "stable", "diverged", "silent", "failed"
-
 
 class AdaptiveSearch:
     """One adaptive search over a validated sweep; ``run`` returns what ``Sweep.run`` returns."""
@@ -71,7 +71,7 @@ class AdaptiveSearch:
         self.store = SweepStore(out, self.spec.name)
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
-        self.totals = SweepRun(root=self.store.root, total=0, skipped=0, ran=0)
+        self.totals = SweepResult(root=self.store.root, total=0, skipped=0, ran=0)
         self.confirmed_trials = 0  # trials planned in the confirm/ sub-folder
         grid = self.spec.grid
         self.seeds = list(grid.seed)
@@ -87,10 +87,13 @@ class AdaptiveSearch:
         steps: int | None = None,
         level: str | None = None,
     ) -> TrialConfig:
-        """A probe of ``family`` (or, with ``level="O0"``, its FP32 baseline)."""
+        """A probe of ``family`` (or, with ``level=FP32_LEVEL``, its FP32 baseline)."""
         spec = self.spec
         level = level or family.amp_level
+        point = self.workload.starts.for_seed(seed)
         return TrialConfig(
+            start_step=point.step if point else 0,
+            start_from=point.snapshot if point else None,
             workload=spec.workload,
             workload_args=dict(spec.workload_args),
             steps=steps or spec.steps,
@@ -100,7 +103,7 @@ class AdaptiveSearch:
             amp_level=level,
             black_list=tuple(black),
             clip=clip,
-            loss_scale=family.loss_scale if level != "O0" else "none",
+            loss_scale=family.loss_scale if level != FP32_LEVEL else "none",
             dtype=family.dtype,
             seed=seed,
             loss_placement=family.loss_placement,
@@ -118,40 +121,22 @@ class AdaptiveSearch:
             self.confirmed_trials += len(trials)
         name = self.spec.name if target is self.store else CONFIRM_FOLDER
         same = equivalents(planned, self.workload.loss_only_classes)
-        plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same)
+        starts = starts_of(planned, self.workload.starts)
+        plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
         out = self.out if target is self.store else self.store.root
-        done = run_sweep(plan, self.resolved_yaml, out, self.config)
-        self.totals.ran += done.ran
-        for outcome, count in done.outcomes.items():
-            self.totals.outcomes[outcome] = self.totals.outcomes.get(outcome, 0) + count
+        self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config))
 
-    def _row(self, store: SweepStore, trial: TrialConfig) -> dict:
-        table = pq.read_table(
-            store.path(trial_row_path(trial.trial_id)), columns=["outcome", "final_loss"], filesystem=store.fs
-        )
-        return table.to_pylist()[0]
+    def _evidence(self, store: SweepStore, trials: list[TrialConfig]) -> list[SeedEvidence]:
+        """Each seed's verdict (the analysis' own, the one the report prints) and localized Cell."""
+        from ampsweep.analysis import trial_verdicts
 
-    def _localized(self, store: SweepStore, trial: TrialConfig) -> tuple[str, str] | None:
-        """``(class, "cell (class, phase)")`` of the trial's anomaly row, if the replay found one."""
-        try:
-            rows = pq.read_table(
-                store.path(part_path("anomalies", trial.trial_id)), filesystem=store.fs
-            ).to_pylist()
-        except (FileNotFoundError, OSError, pa.ArrowException):
-            return None
-        if not rows:
-            return None
-        row = rows[0]
-        return row["cell_class"], f"{row['cell']} ({row['cell_class']}, {row['phase']})"
-
-    def _judge(self, store: SweepStore, trial: TrialConfig, baseline: TrialConfig | None) -> str:
-        row = self._row(store, trial)
-        if row["outcome"] == "diverged":
-            return DIVERGED
-        if row["outcome"] == "failed":
-            return FAILED
-        fp32 = self._row(store, baseline)["final_loss"] if baseline is not None else None
-        return SILENT if learns_clearly_worse(row["final_loss"], fp32) else STABLE
+        verdicts = trial_verdicts(store.root)
+        evidence = []
+        for trial in trials:
+            verdict = verdicts[trial.trial_id]
+            cell = None if verdict.learns_like_fp32 else store.localized_cell(trial.trial_id)
+            evidence.append(SeedEvidence(trial.seed, verdict, cell))
+        return evidence
 
     def _probe(
         self,
@@ -159,11 +144,10 @@ class AdaptiveSearch:
         phase: str,
         black: list[str],
         clip: float | None,
-        baselines: dict[int, TrialConfig],
         seeds: list[int] | None = None,
         steps: int | None = None,
         store: SweepStore | None = None,
-    ) -> SearchRound:
+    ) -> tuple[SearchRound, list[SeedEvidence]]:
         store = store or self.store
         seeds = seeds or self.seeds
         trials = [self._trial(family, black, clip, seed, steps) for seed in seeds]
@@ -176,20 +160,14 @@ class AdaptiveSearch:
             outcomes={},
             trial_ids=[t.trial_id for t in trials],
         )
-        for trial in trials:
-            verdict = self._judge(store, trial, baselines.get(trial.seed))
-            probe.outcomes[str(trial.seed)] = verdict
-            if verdict in (DIVERGED, SILENT):
-                found = self._localized(store, trial)
-                if found:
-                    probe.localized.append(found[1])
+        evidence = self._evidence(store, trials)
+        for seed in evidence:
+            probe.outcomes[str(seed.seed)] = seed.verdict.verdict.value
+            if seed.localized is not None:
+                probe.localized.append(seed.localized)
         family.rounds.append(probe)
         self._save()
-        return probe
-
-    @staticmethod
-    def _stable(probe: SearchRound) -> bool:
-        return all(v == STABLE for v in probe.outcomes.values())
+        return probe, evidence
 
     # the search ---------------------------------------------------------------
     def _baselines(
@@ -198,47 +176,34 @@ class AdaptiveSearch:
         seeds: list[int],
         steps: int | None = None,
         store: SweepStore | None = None,
-    ) -> dict[int, TrialConfig]:
-        trials = {seed: self._trial(family, [], self.search_clip, seed, steps, level="O0") for seed in seeds}
-        self._run(list(trials.values()), store)
-        return trials
+    ) -> None:
+        """FP32 runs of every seed: what each probe's verdict is measured against."""
+        trials = [self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL) for seed in seeds]
+        self._run(trials, store)
 
-    def _grow(self, family: SearchFamily, baselines: dict[int, TrialConfig]) -> list[str] | None:
+    def _grow(self, family: SearchFamily) -> list[str] | None:
         black: list[str] = []
-        probe = self._probe(family, "grow", black, self.search_clip, baselines)
-        while not self._stable(probe):
-            classes = Counter(item.split(" (", 1)[1].split(",", 1)[0] for item in probe.localized)
-            candidates = [name for name, _ in classes.most_common() if name not in black]
-            if FAILED in probe.outcomes.values() and not candidates:
-                probe.decision = "stop: trials failed with an exception (see the ranking's error column)"
+        probe, evidence = self._probe(family, "grow", black, self.search_clip)
+        while not is_stable(evidence):
+            step = next_class(black, evidence, self.spec.search_rounds)
+            probe.decision = step.decision
+            if step.add is None:
                 return None
-            if not candidates:
-                probe.decision = "stop: the replays named no Cell class that is not already in FP32"
-                return None
-            if len(black) >= self.spec.search_rounds:
-                probe.decision = (
-                    f"stop: {self.spec.search_rounds} classes added and still unstable (search_rounds)"
-                )
-                return None
-            probe.decision = (
-                f"add {candidates[0]} (named on {classes[candidates[0]]} of {len(probe.outcomes)} seeds)"
-            )
-            black = [*black, candidates[0]]
-            probe = self._probe(family, "grow", black, self.search_clip, baselines)
-        probe.decision = "stable on every seed"
+            black = [*black, step.add]
+            probe, evidence = self._probe(family, "grow", black, self.search_clip)
+        probe.decision = stability_phrase(evidence)
         return black
 
-    def _shrink(self, family: SearchFamily, black: list[str], baselines: dict[int, TrialConfig]) -> list[str]:
-        if len(black) < 2:
-            return black  # without its only class it is the default list, which already failed
+    def _shrink(self, family: SearchFamily, black: list[str]) -> list[str]:
+        if not shrinkable(black):
+            return black
         for name in list(black):
             candidate = [c for c in black if c != name]
-            probe = self._probe(family, "shrink", candidate, self.search_clip, baselines)
-            if self._stable(probe):
-                probe.decision = f"drop {name}: stable on every seed without it"
+            probe, evidence = self._probe(family, "shrink", candidate, self.search_clip)
+            stable = is_stable(evidence)
+            probe.decision = shrink_decision(name, stable)
+            if stable:
                 black = candidate
-            else:
-                probe.decision = f"keep {name}: needed"
         return black
 
     def _confirm(self, family: SearchFamily, black: list[str]) -> None:
@@ -247,11 +212,11 @@ class AdaptiveSearch:
         seeds = self.seeds + [max(self.seeds) + 1 + i for i in range(confirm.seeds)]
         steps = self.spec.steps * confirm.steps_factor
         store = SweepStore(self.store.root, CONFIRM_FOLDER)
-        baselines = self._baselines(family, seeds, steps, store)
+        self._baselines(family, seeds, steps, store)
         held = []
         for clip in clips:
-            probe = self._probe(family, "confirm", black, clip, baselines, seeds, steps, store)
-            ok = self._stable(probe)
+            probe, evidence = self._probe(family, "confirm", black, clip, seeds, steps, store)
+            ok = is_stable(evidence)
             probe.decision = "held" if ok else "did not hold"
             held.append(ok)
         family.confirmed = all(held)
@@ -280,14 +245,14 @@ class AdaptiveSearch:
         self.log.trials_run = len(self.planned)
         self.store.write_text(SEARCH_FILE, encode_search(self.log))
 
-    def run(self) -> SweepRun:
+    def run(self) -> SweepResult:
         grid = self.spec.grid
         own = list(self.workload.own_classes)
         self.log.candidate_classes = own
         families = [
             SearchFamily(level, dtype, scale, loss_placement=placement)
             for level in grid.amp_level
-            if level != "O0"
+            if level != FP32_LEVEL
             for dtype in grid.dtype
             for scale in grid.loss_scale
             for placement in grid.loss_placement
@@ -295,18 +260,18 @@ class AdaptiveSearch:
         self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
         self.log.families = families
         for family in families:
-            baselines = self._baselines(family, self.seeds)
-            black = self._grow(family, baselines)
+            self._baselines(family, self.seeds)
+            black = self._grow(family)
             if black is None:
                 family.conclusion = "no stable black list found; the rounds below show why"
                 self._save()
                 continue
-            black = self._shrink(family, black, baselines)
+            black = self._shrink(family, black)
             family.minimal_black_list = black
             for clip in grid.clip:
                 if clip != self.search_clip:
-                    probe = self._probe(family, "clip", black, clip, baselines)
-                    probe.decision = "stable on every seed" if self._stable(probe) else "unstable"
+                    probe, evidence = self._probe(family, "clip", black, clip)
+                    probe.decision = stability_phrase(evidence)
             listed = ", ".join(black) if black else "nothing beyond MindSpore's default list"
             family.conclusion = f"minimal FP32 set: {listed}"
             self._save()

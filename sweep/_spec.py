@@ -8,13 +8,14 @@ classes it really uses. Both stages raise ``SpecError`` with one line.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ampsweep.contracts import ReferenceFormError, parse_loss_scale, parse_reference
+from ampsweep.contracts import FP32_LEVEL, ReferenceFormError, parse_loss_scale, parse_reference
 
 from ._errors import SpecError
 
@@ -30,20 +31,40 @@ def _nonempty(values: list[Any]) -> list[Any]:
     return values
 
 
+def _default_levels() -> list[AmpLevel]:
+    return [FP32_LEVEL, "O2"]
+
+
+def _default_black_lists() -> list[list[str]]:
+    return [[]]
+
+
+def _default_clips() -> list[float | None]:
+    return [None]
+
+
+def _default_dtypes() -> list[DType]:
+    return ["float16"]
+
+
+def _default_placements() -> list[LossPlacement]:
+    return ["outside"]
+
+
 class Grid(BaseModel):
     """The axes; the grid is their product."""
 
     model_config = ConfigDict(extra="forbid")
 
-    amp_level: list[AmpLevel] = Field(default_factory=lambda: ["O0", "O2"])
-    black_list: list[list[str]] = Field(default_factory=lambda: [[]])
-    clip: list[float | None] = Field(default_factory=lambda: [None])
+    amp_level: list[AmpLevel] = Field(default_factory=_default_levels)
+    black_list: list[list[str]] = Field(default_factory=_default_black_lists)
+    clip: list[float | None] = Field(default_factory=_default_clips)
     loss_scale: list[str] = Field(default_factory=lambda: ["none"])
-    dtype: list[DType] = Field(default_factory=lambda: ["float16"])
+    dtype: list[DType] = Field(default_factory=_default_dtypes)
     seed: list[int] = Field(default_factory=lambda: [0])
     #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
     #: hand-written loop); ``inside``: the loss cell is cast with the network
-    loss_placement: list[LossPlacement] = Field(default_factory=lambda: ["outside"])
+    loss_placement: list[LossPlacement] = Field(default_factory=_default_placements)
 
     _check_nonempty = field_validator(
         "amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement"
@@ -92,6 +113,31 @@ class Confirm(BaseModel):
     top: int = Field(default=1, ge=1)
 
 
+class StartFrom(BaseModel):
+    """Where every trial starts: after a shared FP32 prefix, or from the user's own checkpoint.
+
+    ``{steps: N}`` runs one FP32 prefix of N steps per seed before the grid;
+    ``{checkpoint: PATH}`` (or ``{seed: PATH}``) loads a MindSpore checkpoint as
+    ``ModelCheckpoint`` writes it, at its ``global_step`` unless ``step`` says.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int | None = Field(default=None, gt=0)
+    checkpoint: str | dict[int, str] | None = None
+    step: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> StartFrom:
+        if (self.steps is None) == (self.checkpoint is None):
+            raise ValueError("give exactly one of {steps: N} (an FP32 prefix) or {checkpoint: PATH}")
+        if self.steps is not None and self.step is not None:
+            raise ValueError("step goes with checkpoint; {steps: N} already says where trials start")
+        if isinstance(self.checkpoint, dict) and not self.checkpoint:
+            raise ValueError("checkpoint: a mapping from seed to path must name at least one seed")
+        return self
+
+
 class SweepSpec(BaseModel):
     """A whole sweep file."""
 
@@ -114,6 +160,8 @@ class SweepSpec(BaseModel):
     #: ``adaptive``: at most this many classes are added to the black list
     search_rounds: int = Field(default=6, gt=0)
     confirm: Confirm = Field(default_factory=Confirm)
+    #: fork every trial from a snapshot instead of step 0 (a late divergence)
+    start_from: StartFrom | None = None
 
     @field_validator("name")
     @classmethod
@@ -158,10 +206,10 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     return path
 
 
-def _allowed_from(error: dict[str, Any]) -> str:
+def _allowed_from(error: Mapping[str, Any]) -> str:
     message = str(error["msg"])
     if error["type"] == "extra_forbidden":
-        return "unknown key (check the spelling; see README 'Spec format')"
+        return "unknown key (check the spelling; see docs/spec.md)"
     if error["type"] == "missing":
         return "this field is required"
     if message.startswith("Value error, "):
@@ -201,7 +249,7 @@ def _check_search(spec: SweepSpec) -> None:
             "search: adaptive finds the black list itself; leave grid.black_list out "
             "(or use search: grid to test the lists you wrote)",
         )
-    if all(level == "O0" for level in spec.grid.amp_level):
+    if all(level == FP32_LEVEL for level in spec.grid.amp_level):
         raise SpecError(
             "grid.amp_level",
             spec.grid.amp_level,

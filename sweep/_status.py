@@ -13,14 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from ampsweep.contracts import PLAN_FILE, decode_plan, trial_row_path
+from ampsweep.contracts import PLAN_FILE, Outcome, decode_plan
 
 from ._lock import STALE_AFTER_S, read_lock
 from ._store import SweepStore
 
-_OUTCOMES = ("completed", "diverged", "failed")
+_OUTCOMES = tuple(o.value for o in Outcome)
 
 
 @dataclass
@@ -73,14 +72,11 @@ def sweep_status(location: str) -> SweepStatus:
     status = SweepStatus(name=store.name, planned=planned)
     for trial_id in sorted(store.committed()):
         try:
-            row = pq.read_table(
-                store.path(trial_row_path(trial_id)), columns=["outcome", "device_kind"], filesystem=store.fs
-            )
+            row = store.trial_row(trial_id, ["outcome", "device_kind"])
         except (OSError, pa.ArrowException):
             status.unreadable.append(trial_id)
             continue
-        kind = row.column("device_kind")[0].as_py() or ""
-        status.by_kind.setdefault(kind, Counter())[row.column("outcome")[0].as_py()] += 1
+        status.by_kind.setdefault(row["device_kind"] or "", Counter())[row["outcome"]] += 1
     lock = read_lock(store)
     if lock is not None and time.time() - lock.heartbeat < STALE_AFTER_S:
         status.running = list(lock.running)

@@ -12,12 +12,22 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ampsweep.contracts import PER_TRIAL_TABLES, committed_ids, part_path, trial_folder, trial_row_path
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    PER_TRIAL_TABLES,
+    SNAPSHOT_FOLDER,
+    LocalizedCell,
+    committed_ids,
+    part_path,
+    trial_folder,
+    trial_row_path,
+)
 from ampsweep.jobs import TrialConfig, TrialResult
 
 from ._baselines import Baselines
@@ -81,6 +91,24 @@ class SweepStore:
         with self.fs.open_input_stream(path) as stream:
             return stream.read().decode()
 
+    def snapshot_path(self, snapshot: str) -> str:
+        """Where a snapshot lives: ``OUT/_snapshots/<id>.ckpt``, beside (not inside) the sweep folder."""
+        return f"{self.root.rpartition('/')[0]}/{SNAPSHOT_FOLDER}/{snapshot}.ckpt"
+
+    def read_snapshot(self, snapshot: str) -> bytes | None:
+        path = self.snapshot_path(snapshot)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with self.fs.open_input_stream(path) as stream:
+            return stream.read()
+
+    def write_snapshot(self, snapshot: str, data: bytes) -> None:
+        def write(tmp: str) -> None:
+            with self.fs.open_output_stream(tmp) as stream:
+                stream.write(data)
+
+        self._atomic_write(self.snapshot_path(snapshot), write)
+
     def committed(self) -> set[str]:
         """Ids of trials whose ``trials/`` row exists."""
         info = self.fs.get_file_info(pafs.FileSelector(self.path("trials"), allow_not_found=True))
@@ -105,15 +133,29 @@ class SweepStore:
                     break
         return problems
 
+    def trial_row(self, trial_id: str, columns: list[str] | None = None) -> dict[str, Any]:
+        """The committed ``trials/`` row of one trial, as a dict: the one way the driver reads it.
+
+        ``FileNotFoundError`` when the trial is not committed; ``OSError`` or
+        ``pyarrow.ArrowException`` when its file is unreadable.
+        """
+        table = pq.read_table(self.path(trial_row_path(trial_id)), columns=columns, filesystem=self.fs)
+        return table.slice(0, 1).to_pylist()[0]
+
+    def localized_cell(self, trial_id: str) -> LocalizedCell | None:
+        """The Cell the trial's localization replay named (its ``anomalies`` row), if any."""
+        try:
+            rows = pq.read_table(self.path(part_path("anomalies", trial_id)), filesystem=self.fs).to_pylist()
+        except (FileNotFoundError, OSError, pa.ArrowException):
+            return None
+        return LocalizedCell.from_row(rows[0]) if rows else None
+
     def baselines(self, trials: list[TrialConfig], done: set[str]) -> Baselines:
-        """FP32 final losses of the committed O0 trials of ``trials`` (a resumed sweep has them on disk)."""
+        """FP32 final losses of the committed FP32 trials of ``trials`` (a resumed sweep has them on disk)."""
         found = Baselines()
         for config in trials:
-            if config.amp_level == "O0" and config.trial_id in done:
-                row = pq.read_table(
-                    self.path(trial_row_path(config.trial_id)), columns=["final_loss"], filesystem=self.fs
-                )
-                found.add(config, row.column("final_loss")[0].as_py())
+            if config.amp_level == FP32_LEVEL and config.trial_id in done:
+                found.add(config, self.trial_row(config.trial_id, ["final_loss"])["final_loss"])
         return found
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:

@@ -10,10 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampsweep.jobs import WorkloadError, build_workload, known_layer_types, network_cell_types, resolve_reference
+from ampsweep.jobs import (
+    WorkloadError,
+    build_workload,
+    known_layer_types,
+    network_cell_types,
+    resolve_reference,
+)
 
 from ._errors import SpecError
 from ._spec import SweepSpec
+from ._start import Starts
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,8 @@ class WorkloadFacts:
     own_classes: tuple[str, ...]
     #: classes found only in the loss: under ``loss_placement: outside`` they compute in float32 anyway
     loss_only_classes: frozenset[str]
+    #: where each seed's trials start (``start_from``), the user's checkpoint checked against the network
+    starts: Starts
 
 
 def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
@@ -57,4 +66,7 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
                 )
     in_network = set(network_cell_types([workload.network]))
     in_loss = set(network_cell_types([workload.loss_fn]))
-    return WorkloadFacts(reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network))
+    starts = Starts(spec, workload, spec_dir)
+    return WorkloadFacts(
+        reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network), starts
+    )

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ampsweep import analysis
-
+from ampsweep.analysis import _code, _steps
 from ampsweep.contracts import (
     PLAN_FILE,
     STEPS_SCHEMA,
@@ -32,7 +32,6 @@ from ampsweep.contracts import (
     part_path,
     trial_row_path,
 )
-from ampsweep.analysis import _steps
 
 
 def write_table(root: Path, table: str, trial_id: str, columns: dict) -> None:
@@ -388,7 +387,7 @@ def test_streaming_matches_reference_across_batches(tmp_path: Path, monkeypatch,
     order = rng.permutation(n) if shuffled else None
     write_trial(tmp_path, "s", loss=loss, target_loss=0.3, order=order)
     monkeypatch.setattr(_steps, "BATCH_ROWS", 37)  # many batch boundaries inside every window
-    got = analysis.aggregate_steps(tmp_path, {"s": 0.3}).set_index("trial_id").loc["s"]
+    got = _steps.aggregate_steps(tmp_path, {"s": 0.3}).set_index("trial_id").loc["s"]
     want = _reference_scores(loss, 0.3)
     assert got["loss_spikes"] == want["loss_spikes"] > 0
     assert got["steps_to_target"] == want["steps_to_target"]
@@ -494,17 +493,16 @@ def test_snippets() -> None:
         "loss_scale": "none",
         "dtype": "float16",
     }
-    assert (
-        'amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)'
-        in analysis.mindspore_snippet(row)
+    assert 'amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)' in _code.mindspore_snippet(
+        row
     )
-    assert 'Model(net_with_loss, optimizer=optimizer, amp_level="O0")' in analysis.model_snippet(row)
+    assert 'Model(net_with_loss, optimizer=optimizer, amp_level="O0")' in _code.model_snippet(row)
     row = {**row, "loss_scale": "dynamic", "clip": 1.0, "dtype": "bfloat16"}
-    code = analysis.mindspore_snippet(row)
+    code = _code.mindspore_snippet(row)
     assert "amp.DynamicLossScaler(" in code and "loss_scaler.adjust(is_finite)" in code
     assert "mstype.bfloat16" in code and "clip = ms.Tensor(1.0, mstype.float32)" in code
     compile(code, "<snippet>", "exec")
-    model = analysis.model_snippet(row)
+    model = _code.model_snippet(row)
     assert "self.loss_scaler.adjust(is_finite)" in model and "self.grad(self.network, self.weights)" in model
     compile(model, "<model snippet>", "exec")
 
@@ -753,9 +751,15 @@ def test_dynamic_scale_window_matches_trainer() -> None:
     from ampsweep.jobs._step import make_scaler
 
     scaler = make_scaler("dynamic")
-    row = {"amp_level": "O2", "black_list": (), "clip": float("nan"), "loss_scale": "dynamic", "dtype": "float16"}
+    row = {
+        "amp_level": "O2",
+        "black_list": (),
+        "clip": float("nan"),
+        "loss_scale": "dynamic",
+        "dtype": "float16",
+    }
     window = int(scaler.scale_window)
-    assert f"amp.DynamicLossScaler(2**16, 2, {window})" in analysis.train_step_snippet(row)
+    assert f"amp.DynamicLossScaler(2**16, 2, {window})" in _code.train_step_snippet(row)
 
 
 SNIPPET_NET = """
@@ -855,7 +859,9 @@ def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
     assert "net = amp.custom_mixed_precision(net," in outside["train_step"]
     assert "Model(net, loss_fn=loss_fn, optimizer=optimizer" in outside["model"]
     inside = analysis.snippets(configs[0])["model"]
-    assert inside.index("nn.WithLossCell(net, loss_fn)") < inside.index("amp.custom_mixed_precision(net_with_loss")
+    assert inside.index("nn.WithLossCell(net, loss_fn)") < inside.index(
+        "amp.custom_mixed_precision(net_with_loss"
+    )
     (tmp_path / "snippet_net.py").write_text(SNIPPET_NET)
     names = []
     for i, cfg in enumerate(configs):

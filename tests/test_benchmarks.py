@@ -16,10 +16,13 @@ import subprocess
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 def _importable(module: str) -> bool:
     """Really importable: ``ray.tune`` exists inside every Ray, but needs the ``ray[tune]`` extras to import."""
     try:
@@ -95,7 +98,15 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
     out_dir = tmp_path_factory.mktemp("bench-sections")
     pool = ThreadPoolExecutor(max_workers=3)
     # the slowest first, so the pool's tail is short
-    order = ["bench_vs_tune", "bench_limit", "bench_launcher", "bench_capture", "bench_compiles", "bench_localize", "bench_analysis"]
+    order = [
+        "bench_vs_tune",
+        "bench_limit",
+        "bench_launcher",
+        "bench_capture",
+        "bench_compiles",
+        "bench_localize",
+        "bench_analysis",
+    ]
     futures = {name: pool.submit(_run_tiny, name, out_dir) for name in order if name not in SKIPPED}
     yield futures
     pool.shutdown(wait=True)
@@ -144,12 +155,24 @@ def test_mindcv_workload_builds_offline_and_runs_a_forward_pass() -> None:
     assert np.isfinite(loss.asnumpy()).all()
 
 
-def test_waiting_for_quiet_cpus_ends_by_its_bound_and_reports_a_share() -> None:
-    from benchmarks._machine import wait_for_quiet
+def test_waiting_for_quiet_cpus_ends_by_its_bound_and_reports_a_share(monkeypatch) -> None:
+    from benchmarks import _machine
 
-    waited, busy = wait_for_quiet(busy_below=0.0, quiet_seconds=1, max_wait=2.0)  # 0 %: never quiet enough
+    # a clock of its own: each one-second sample advances it by exactly one second
+    clock = [100.0]
+    samples = []
+
+    def sleep(seconds: float) -> None:
+        samples.append(seconds)
+        clock[0] += seconds
+
+    # only the module's own view of `time`: the benchmark children's threads keep the real one
+    monkeypatch.setattr(_machine, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
+    # 0 %: never quiet enough, however idle the real CPUs are
+    waited, busy = _machine.wait_for_quiet(busy_below=0.0, quiet_seconds=1, max_wait=3.0)
     if busy is None:  # no /proc/stat: nothing to wait on
-        assert waited == 0.0
+        assert waited == 0.0 and samples == []
         return
-    assert 2.0 <= waited < 10.0, "a machine that never quiets ends the wait at max_wait"
+    assert samples == [1.0, 1.0, 1.0], "a machine that never quiets is sampled until max_wait"
+    assert waited == 3.0, "and the wait reports max_wait"
     assert 0.0 <= busy <= 1.0

@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from tests._ray_processes import private_temp_dir, stop_processes_under
+from tests._wait import wait_until
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
@@ -173,14 +173,23 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
         str(tmp_path / "job"),
         "--no-progress",
     ]
-    deadline = time.time() + 120
-    while True:
-        submitted = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
+    tries: list[subprocess.CompletedProcess] = []
+
+    def submitted_to_an_agent() -> subprocess.CompletedProcess | None:
+        tries.append(subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600))
         # the head's job agent starts a little after `ray start` returns, later on a loaded machine
-        busy = "No available agent" in submitted.stdout + submitted.stderr
-        if submitted.returncode == 0 or not busy or time.time() > deadline:
-            break
-        time.sleep(5)
+        busy = "No available agent" in tries[-1].stdout + tries[-1].stderr
+        return None if busy and tries[-1].returncode != 0 else tries[-1]
+
+    submitted = wait_until(
+        submitted_to_an_agent,
+        120,
+        interval=5,
+        message=lambda: (
+            "the head's job agent to take `ray job submit`; last answer:\n"
+            + (tries[-1].stdout + tries[-1].stderr)[-3000:]
+        ),
+    )
     assert submitted.returncode == 0, (submitted.stdout + submitted.stderr)[-3000:]
     trials = pd.read_parquet(tmp_path / "job" / "cluster" / "trials")
     assert len(trials) == 12 and set(trials["outcome"]) == {"completed"}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import yaml
 
 from ampsweep.jobs import TrialConfig
 from ampsweep.jobs._trainer import run_trial
+from tests._wait import wait_until
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
@@ -127,11 +128,17 @@ def test_a_killed_driver_loses_no_finished_trial(tmp_path):
         start_new_session=True,
     )
     trials_dir = out / "e2e" / "trials"
-    deadline = time.time() + 300
-    while time.time() < deadline and len(list(trials_dir.glob("*.parquet"))) < 3:
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+
+    def three_committed() -> bool:
+        assert proc.poll() is None, f"the driver exited ({proc.returncode}) before it was killed"
+        return len(list(trials_dir.glob("*.parquet"))) >= 3
+
+    try:
+        wait_until(three_committed, 300, message=f"3 committed trial rows under {trials_dir}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     before = {p.name: p.stat().st_mtime_ns for p in trials_dir.glob("*.parquet")}
     assert 3 <= len(before) < 32
     result = _ampsweep("run", str(spec), "--out", str(out), "--workers", "2", "--no-progress")
@@ -171,4 +178,6 @@ def test_seed_repro_reproduces_the_reported_failure(seed):
     assert tight.outcome == loose.outcome == "completed"
     assert tight.steps.column("clipped").to_numpy().mean() >= 0.9
     assert loose.steps.column("clipped").to_numpy().mean() <= 0.2
-    assert np.median(fixed.steps.column("step_ms").to_numpy()[1:]) < 30
+    # every step of the fixed run was timed (how fast it is belongs in benchmarks/)
+    ms = fixed.steps.column("step_ms").to_numpy()
+    assert len(ms) == 300 and np.isfinite(ms).all() and (ms > 0).all()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +13,7 @@ import pytest
 from ampsweep.contracts import part_path
 from ampsweep.sweep import SweepStore
 from ampsweep.sweep.cli import main
+from tests._wait import wait_until
 from tests.test_store import _record
 
 
@@ -27,9 +27,7 @@ def _sweep_with_debris(out: str) -> tuple[SweepStore, set[str]]:
     store.write_text("sweep.yaml", "name: s\n")
     # an unfinished trial: its steps exist, its trials/ row does not
     _, unfinished = _record(seed=2)
-    store.write_table(
-        store.path(part_path("steps", unfinished.trial_id)), unfinished.steps
-    )
+    store.write_table(store.path(part_path("steps", unfinished.trial_id)), unfinished.steps)
     return store, committed
 
 
@@ -83,16 +81,17 @@ def s3_server(monkeypatch):
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(name, value)
+
+    def listening() -> bool:
+        assert server.poll() is None, f"moto_server exited ({server.returncode})"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
     try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
+        wait_until(listening, 30, message=f"moto_server to listen on port {port}")
         import boto3
 
         boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1").create_bucket(

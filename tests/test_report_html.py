@@ -9,6 +9,7 @@ reads from stderr. It is skipped only when no Chromium binary exists.
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
@@ -22,9 +23,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ampsweep import analysis
-
 from tests.test_analysis import CURVE, STEPS, write_trial
 
+ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"
 CHROMIUM_FLAGS = (
     "--headless",
@@ -151,3 +152,112 @@ def test_html_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None
     assert pic.returncode == 0, pic.stderr[-3000:]
     assert shot.is_file() and shot.stat().st_size > 50_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: the renderers and what they draw with: formatting only, so no reader may be imported
+RENDERERS = ("_html", "_figures", "_markdown", "_heatmap", "_plot", "_terminal", "_csv", "_recommendation")
+#: the modules that read a sweep folder (and ``_analyze``, which runs them)
+READERS = {"_load", "_steps", "_figure_data", "_analyze", "_public", "_writer"}
+
+
+def _imports(module: str) -> tuple[set[str], set[str]]:
+    """What ``analysis/<module>.py`` imports (in-function imports too): package modules, others."""
+    local: set[str] = set()
+    other: set[str] = set()
+    for node in ast.walk(ast.parse((ROOT / "analysis" / f"{module}.py").read_text())):
+        if isinstance(node, ast.Import):
+            other |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            local |= {name.split(".")[0] for name in names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[:2] == ["ampsweep", "analysis"]:
+                local |= {parts[2]} if len(parts) > 2 else {alias.name for alias in node.names}
+            else:
+                other.add(node.module)
+    return local, other
+
+
+@pytest.mark.parametrize("module", RENDERERS)
+def test_renderers_import_no_reader(module: str) -> None:
+    local, other = _imports(module)
+    assert not local & READERS, f"analysis/{module}.py imports a reader: {sorted(local & READERS)}"
+    assert not [name for name in other if name.split(".")[0] == "pyarrow"], f"{module} imports pyarrow"
+
+
+def test_figures_reach_no_reader() -> None:
+    """Drawing does not even import a reader indirectly (text reaches _steps, for its constants only)."""
+    todo, seen = ["_figures"], set()
+    while todo:
+        module = todo.pop()
+        seen.add(module)
+        todo += sorted(_imports(module)[0] - seen)
+    assert "_plot" in seen and not seen & READERS, sorted(seen & READERS)
+
+
+def _forbid_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any open of a Parquet file or a filesystem, or a figure-data read, fails the test."""
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    from ampsweep.analysis import _figure_data
+
+    def no_read(*_: object, **__: object) -> None:
+        raise AssertionError("the sweep folder was read")
+
+    for owner, name in (
+        (pq, "ParquetFile"),
+        (pq, "read_table"),
+        (pq, "read_metadata"),
+        (ds, "dataset"),
+        (pafs, "LocalFileSystem"),
+        (_figure_data, "read_trial_tables"),
+        (_figure_data, "files_by_trial"),
+    ):
+        monkeypatch.setattr(owner, name, no_read)
+
+
+def test_report_renders_without_the_sweep_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read happens in analyze(): with steps/ and layers/ gone and every reader disabled,
+    the page and its figures come out byte for byte the same."""
+    root = tmp_path / "sweep"
+    build_hostile_sweep(root)
+    result = analysis.analyze(root)
+    assert isinstance(result, analysis.Analysis) and isinstance(result, analysis.SweepAnalysis)
+    figures = result.kinds[0].figures
+    assert (
+        figures is not None and figures.loss and figures.grad_norm and figures.layers and figures.divergence
+    )
+    page = analysis.render_html(result)
+    markdown = analysis.render_markdown(result)
+    assert page.count('<img class="plot"') == EXPECTED_PLOTS
+
+    shutil.rmtree(root / "steps")
+    shutil.rmtree(root / "layers")
+    with monkeypatch.context() as patch:
+        _forbid_reads(patch)
+        again = analysis.render_html(result)
+        assert analysis.render_markdown(result) == markdown
+        assert analysis.recommendation_json(result) and analysis.ranking_csv(result.ranking)
+    assert again.count('<img class="plot"') == EXPECTED_PLOTS
+    assert again == page
+
+    out = result.report(tmp_path / "out")
+    assert out == tmp_path / "out" / "report.md"
+    assert (out.parent / "report.html").read_text(encoding="utf-8") == page
+    names = {p.name for p in out.parent.iterdir()}
+    assert names == {"report.md", "report.html", "recommendation.json", "ranking.csv"}
+
+
+def test_analyze_without_figures_reads_no_step_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ampsweep.analysis import _figure_data
+
+    root = tmp_path / "sweep"
+    build_hostile_sweep(root)
+    monkeypatch.setattr(_figure_data, "read_trial_tables", lambda *_a, **_k: pytest.fail("figures were read"))
+    result = analysis.analyze(root, figures=False)
+    assert result.kinds and all(kind.figures is None for kind in result.kinds)
+    page = analysis.render_html(result)
+    assert '<img class="plot"' not in page and "ampsweep report" in page
+    assert result.terminal(top=2).row_count == 2

@@ -49,7 +49,9 @@ def test_seed_repro_search_finds_customnorm(tmp_path):
     _check(root, ["CustomNorm"])
     grow = decode_search((root / SEARCH_FILE).read_text()).families[0].rounds[0]
     assert grow.phase == "grow" and set(grow.outcomes.values()) == {"diverged"}
-    assert all("(CustomNorm, forward)" in item for item in grow.localized), grow.localized
+    assert grow.localized and all(
+        (cell.cell_class, cell.phase) == ("CustomNorm", "forward") for cell in grow.localized
+    ), grow.localized
 
 
 def test_a_silent_failure_is_found_and_fixed(tmp_path):
@@ -57,7 +59,7 @@ def test_a_silent_failure_is_found_and_fixed(tmp_path):
     _check(root, ["FeatureNorm"])
     grow = decode_search((root / SEARCH_FILE).read_text()).families[0].rounds[0]
     assert set(grow.outcomes.values()) == {"silent"}, "finite, but far worse than FP32"
-    assert all("FeatureNorm" in item for item in grow.localized)
+    assert grow.localized and all(cell.cell_class == "FeatureNorm" for cell in grow.localized)
 
 
 def test_a_workload_it_has_never_seen(tmp_path):

@@ -44,8 +44,24 @@ def silent_loss_limit(fp32_final_loss: float) -> float:
     return SILENT_LOSS_FACTOR * fp32_final_loss + SILENT_LOSS_MARGIN
 
 
-def learns_clearly_worse(final: float | None, fp32_final_loss: float | None) -> bool:
-    """Whether a finite trial failed silently against its FP32 baseline (same seed)."""
-    if final is None or fp32_final_loss is None or not np.isfinite(fp32_final_loss):
-        return False
-    return bool(final > silent_loss_limit(fp32_final_loss))
+#: A trial "reaches the target" at the step that completes the first window of this many
+#: consecutive steps whose mean loss is at or below the target loss.
+TARGET_WINDOW = 10
+#: Without a workload ``target_loss``, the target is this multiple of FP32's final loss (same seed).
+TARGET_FROM_FP32 = 1.1
+
+
+def steps_to_target(loss: np.ndarray, target: float | None) -> int | None:
+    """1-based step that completes the first ``TARGET_WINDOW``-step window with mean loss <= target.
+
+    None when no window gets there (or there is no target). A non-finite loss
+    makes every window that holds it fail, as it should. The analysis computes
+    the same figure while streaming the steps table in batches.
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    if target is None or not np.isfinite(target) or len(loss) < TARGET_WINDOW:
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = np.lib.stride_tricks.sliding_window_view(loss, TARGET_WINDOW).mean(axis=1)
+    hits = np.flatnonzero(mean <= target)
+    return int(hits[0]) + TARGET_WINDOW if hits.size else None

@@ -18,6 +18,10 @@ from __future__ import annotations
 import posixpath
 
 SPEC_FILE = "sweep.yaml"
+#: Beside the sweep folders in the output folder: the snapshots trials fork from
+#: (``start_from``), ``<snapshot id>.ckpt``, shared by every sweep written there.
+#: The leading ``_`` keeps it out of readers' way and out of the sweep-name space.
+SNAPSHOT_FOLDER = "_snapshots"
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".driver.lock"
 PART_FILE = "part-0.parquet"

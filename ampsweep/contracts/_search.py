@@ -11,11 +11,32 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 SEARCH_FILE = "search.json"
 #: Sub-folder (a sweep folder of its own) holding the confirmation trials: they
 #: run longer than the sweep's ``steps``, so they must not mix into its ranking.
 CONFIRM_FOLDER = "confirm"
+
+
+@dataclass(frozen=True)
+class LocalizedCell:
+    """The Cell a trial's replay caught first (a row of the ``anomalies`` table), as a value.
+
+    The search adds ``cell_class`` to the black list; it never parses it back
+    out of display text.
+    """
+
+    cell: str
+    cell_class: str
+    phase: str  # forward | backward
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> LocalizedCell:
+        return cls(str(row["cell"]), str(row["cell_class"]), str(row["phase"]))
+
+    def __str__(self) -> str:
+        return f"{self.cell} ({self.cell_class}, {self.phase})"
 
 
 @dataclass
@@ -27,7 +48,7 @@ class SearchRound:
     black_list: list[str]
     clip: float | None
     outcomes: dict[str, str]  # seed -> stable | diverged | silent | failed
-    localized: list[str] = field(default_factory=list)  # "norm1 (CustomNorm, forward)" per unstable seed
+    localized: list[LocalizedCell] = field(default_factory=list)  # one per unstable seed the replay named
     decision: str = ""
     trial_ids: list[str] = field(default_factory=list)
 
@@ -67,7 +88,10 @@ def decode_search(text: str | bytes) -> SearchLog:
         data = json.loads(text)
         families = []
         for family in data.pop("families"):
-            rounds = [SearchRound(**r) for r in family.pop("rounds")]
+            rounds = []
+            for r in family.pop("rounds"):
+                r["localized"] = [LocalizedCell(**cell) for cell in r.get("localized", [])]
+                rounds.append(SearchRound(**r))
             families.append(SearchFamily(rounds=rounds, **family))
         return SearchLog(families=families, **data)
     except (TypeError, KeyError, json.JSONDecodeError) as exc:

@@ -1,7 +1,8 @@
 """Column names, types and units of the Parquet tables.
 
 The trainer builds its tables with these schemas, the store writes them, the
-analysis and the benchmarks read them; the README documents them and a test
+analysis and the benchmarks read them; the docs generate their tables from
+these and ``COLUMN_DOCS``, and a test
 pins them. Nobody else spells a column type.
 """
 
@@ -25,7 +26,7 @@ TRIALS_SCHEMA = pa.schema(
         ("steps", pa.int64()),  # requested
         ("outcome", pa.string()),  # completed | diverged | failed
         ("steps_run", pa.int64()),
-        ("first_nonfinite_step", pa.int64()),  # null = loss always finite
+        ("first_nonfinite_step", pa.int64()),  # global step; null = loss always finite
         ("final_loss", pa.float64()),
         ("target_loss", pa.float64()),
         ("equivalent_to", pa.string()),  # trial_id this config duplicates, or null
@@ -41,12 +42,14 @@ TRIALS_SCHEMA = pa.schema(
         ("mindspore_version", pa.string()),
         ("device_target", pa.string()),  # what MindSpore computed on: CPU | GPU | Ascend
         ("finished_at", pa.timestamp("ms", tz="UTC")),
+        ("start_step", pa.int64()),  # global step the trial started at; 0 = from scratch
+        ("start_from", pa.string()),  # content id of the snapshot it started from; null = none
     ]
 )
 
 STEPS_SCHEMA = pa.schema(
     [
-        ("step", pa.int64()),  # 0..steps_run-1
+        ("step", pa.int64()),  # global: start_step .. start_step + steps_run - 1
         ("loss", pa.float64()),  # unscaled
         ("grad_norm", pa.float64()),  # global L2 norm, unscaled, before clipping
         ("clipped", pa.bool_()),  # grad_norm > clip
@@ -92,4 +95,75 @@ TABLE_SCHEMAS = {
     "steps": STEPS_SCHEMA,
     "layers": LAYERS_SCHEMA,
     "anomalies": ANOMALIES_SCHEMA,
+}
+
+
+#: What each column means, in words. The docs' schema tables are generated from the
+#: schemas above and these; a test checks that every column has one.
+COLUMN_DOCS: dict[str, dict[str, str]] = {
+    "trials": {
+        "trial_id": "12-hex hash of the trial's settings",
+        "sweep": "spec `name`",
+        "workload": "workload reference as written in the spec",
+        "graph_id": "hash of the settings that change the compiled graph",
+        "amp_level": "`O0`…`O3`",
+        "black_list": "layer class names kept in FP32",
+        "loss_placement": "`inside`: the loss cell is cast together with the network",
+        "clip": "clip threshold; null = clipping off",
+        "loss_scale": "`none`, `static:<v>`, `dynamic[:<v>]`",
+        "dtype": "`float16` or `bfloat16`",
+        "seed": "seed",
+        "steps": "steps requested",
+        "outcome": "`completed`, `diverged` or `failed`",
+        "steps_run": "steps recorded",
+        "first_nonfinite_step": "first global step with a non-finite loss; null = always finite",
+        "final_loss": "mean finite loss over the last 10 % of steps run",
+        "target_loss": "the workload's `target_loss`, or null",
+        "equivalent_to": "`trial_id` this trial computes the same as (a black list or dtype under O0), or null",
+        "error": "exception type and first line, for `failed`",
+        "traceback": "full traceback, for `failed`",
+        "wall_s": "seconds, whole trial on the worker",
+        "compile_s": "seconds of compilation (first step's time minus a median step)",
+        "device_kind": "`cpu`, `gpu` or `ascend`",
+        "node": "Ray node id (first 12 characters)",
+        "device_id": "visible device id Ray assigned; empty on CPU",
+        "worker_index": "index of the actor's device slot",
+        "attempts": "workers that started this trial (more than 1 after a worker died mid-trial)",
+        "mindspore_version": "MindSpore version of the worker that ran it",
+        "device_target": "what MindSpore computed on: `CPU`, `GPU` or `Ascend`",
+        "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",
+        "start_from": "content id of the snapshot it started from (an FP32 prefix, or the user's checkpoint); null = none",
+        "finished_at": "when the worker finished the trial",
+    },
+    "steps": {
+        "step": "global step: `start_step` … `start_step` + `steps_run` - 1 (0-based)",
+        "loss": "loss, unscaled",
+        "grad_norm": "global L2 norm of the unscaled gradients, before clipping",
+        "clipped": "`grad_norm > clip`",
+        "nonfinite": "the loss or any gradient element was not finite",
+        "skipped": "update skipped by loss scaling (always false without scaling)",
+        "loss_scale": "loss scale used in this step; 1.0 without scaling",
+        "step_ms": "milliseconds per step (mean over its 25-step block); step 0 includes compilation",
+    },
+    "layers": {
+        "step": "step",
+        "layer": "parameter name, e.g. `fc1.weight`",
+        "grad_norm": "L2 norm of this parameter's unscaled gradient",
+        "grad_absmax": "largest absolute gradient element",
+        "nonfinite": "count of non-finite gradient elements",
+    },
+    "anomalies": {
+        "kind": "`nonfinite` (an output or gradient became inf/NaN) or `departure` (finite, but far from FP32)",
+        "replay_step": "global step of the replay at which the Cell was caught",
+        "cell": "qualified name inside the network, e.g. `norm1`",
+        "cell_class": "the Cell's class, what a black list names",
+        "phase": "`forward` (its output) or `backward` (the gradient w.r.t. its input)",
+        "input_dtype": "dtype of the Cell's first input",
+        "output_dtype": "dtype of the offending tensor",
+        "max_abs": "largest finite absolute value of the offending tensor",
+        "fp32_max_abs": "the same Cell's value at the same step of an FP32 replay",
+        "rel_error": "`departure` only: relative error of the output against FP32",
+        "zero_fraction": "share of exact zeros in the offending output",
+        "note": "how the replay relates to the compiled run, in words",
+    },
 }

@@ -1,0 +1,120 @@
+"""A trial's verdict, and a configuration's: the one place that says "stable".
+
+The adaptive search decides from these verdicts, the ranking sorts by them and
+the report prints them, so all three must call the same trial by the same
+name. Before this module existed the search called a finite trial "stable"
+while the report called it a silent failure, and the search stopped on a
+configuration the report then ranked as broken.
+
+A trial is judged against its FP32 baseline: the FP32 (``FP32_LEVEL``) run of
+the same workload and seed. Finite is not healthy: float16 can fail without a
+NaN (a normalization's variance overflows, gradients underflow) and the loss
+then sits near chance while FP32 converges. Such a trial is ``SILENT``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from ._formulas import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
+
+#: The AMP level that casts nothing: every FP32 baseline and reference runs at it.
+FP32_LEVEL: Final = "O0"
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended on its worker; the ``str`` values are what the ``trials`` table stores."""
+
+    COMPLETED = "completed"  # ran every step
+    DIVERGED = "diverged"  # the loss stayed non-finite for ``abort_after`` steps
+    FAILED = "failed"  # an exception, or a trial that killed its worker too often
+
+
+class Verdict(str, enum.Enum):
+    """What a trial (or a configuration over its seeds) says about mixed precision."""
+
+    STABLE = "stable"  # completed and learns like FP32
+    SILENT = "silent"  # completed, finite, but learns clearly worse than FP32
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+    @property
+    def learns_like_fp32(self) -> bool:
+        return self is Verdict.STABLE
+
+
+@dataclass(frozen=True)
+class LearningEvidence:
+    """What a completed run showed about its learning; None = not measured.
+
+    ``reached_target``: whether some 10-step window's mean loss reached the
+    target loss (the workload's, or 1.1 x FP32's final loss).
+    """
+
+    final_loss: float | None
+    reached_target: bool | None = None
+
+
+@dataclass(frozen=True)
+class TrialVerdict:
+    """A trial's verdict and, for a silent failure, why (one phrase)."""
+
+    verdict: Verdict
+    reason: str = ""
+
+    @property
+    def learns_like_fp32(self) -> bool:
+        return self.verdict.learns_like_fp32
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def trial_verdict(outcome: str | Outcome, trial: LearningEvidence, fp32: LearningEvidence | None) -> TrialVerdict:
+    """The verdict of one trial against its FP32 baseline of the same seed.
+
+    A completed trial is a silent failure when its final loss is beyond
+    ``silent_loss_limit`` of FP32's, or when FP32 reaches the target loss and
+    the trial never does. Without an FP32 baseline a completed trial is
+    stable: there is nothing to be worse than.
+    """
+    outcome = Outcome(outcome)
+    if outcome is Outcome.FAILED:
+        return TrialVerdict(Verdict.FAILED)
+    if outcome is Outcome.DIVERGED:
+        return TrialVerdict(Verdict.DIVERGED)
+    if fp32 is None:
+        return TrialVerdict(Verdict.STABLE)
+    if _known(trial.final_loss) and _known(fp32.final_loss):
+        assert trial.final_loss is not None and fp32.final_loss is not None  # for the type checker
+        if trial.final_loss > silent_loss_limit(fp32.final_loss):
+            return TrialVerdict(
+                Verdict.SILENT,
+                f"final loss {trial.final_loss:.3g} > {SILENT_LOSS_FACTOR:g} x FP32 "
+                f"{fp32.final_loss:.3g} + {SILENT_LOSS_MARGIN:g}",
+            )
+    if fp32.reached_target and trial.reached_target is False:
+        return TrialVerdict(Verdict.SILENT, "never reaches the target loss while FP32 does")
+    return TrialVerdict(Verdict.STABLE)
+
+
+def configuration_verdict(verdicts: Iterable[TrialVerdict | Verdict]) -> Verdict:
+    """A configuration over its seeds: stable only when every seed is.
+
+    Any diverged seed makes it ``DIVERGED``; else any failed seed ``FAILED``;
+    else any silent seed ``SILENT``. A seed that breaks one run in three is a
+    real risk to the user's training, so one bad seed is enough. No seeds at
+    all is ``FAILED`` (nothing ran).
+    """
+    found = [v.verdict if isinstance(v, TrialVerdict) else Verdict(v) for v in verdicts]
+    if not found:
+        return Verdict.FAILED
+    for worst in (Verdict.DIVERGED, Verdict.FAILED, Verdict.SILENT):
+        if worst in found:
+            return worst
+    return Verdict.STABLE

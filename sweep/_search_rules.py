@@ -1,0 +1,86 @@
+"""The adaptive search's decisions, as pure functions over typed evidence.
+
+The search loop (``_search.py``) runs trials and gathers what they showed;
+what to do next is decided here, from values only, so each rule can be
+tested without Ray, MindSpore or a sweep folder. A probe is stable exactly
+when ``ampsweep.contracts.configuration_verdict`` says so: the verdict the
+ranking and the report use too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ampsweep.contracts import LocalizedCell, TrialVerdict, Verdict, configuration_verdict
+
+
+@dataclass(frozen=True)
+class SeedEvidence:
+    """What one seed of a probe showed: its verdict and, if a replay named one, the Cell."""
+
+    seed: int
+    verdict: TrialVerdict
+    localized: LocalizedCell | None = None
+
+
+@dataclass(frozen=True)
+class GrowStep:
+    """The grow phase's next move: add ``add`` to the black list, or stop (``add`` is None)."""
+
+    add: str | None
+    decision: str
+
+
+def probe_verdict(seeds: Sequence[SeedEvidence]) -> Verdict:
+    """The probe's verdict over its seeds (stable only when every seed is)."""
+    return configuration_verdict(s.verdict for s in seeds)
+
+
+def is_stable(seeds: Sequence[SeedEvidence]) -> bool:
+    return probe_verdict(seeds) is Verdict.STABLE
+
+
+def next_class(black: Sequence[str], seeds: Sequence[SeedEvidence], max_classes: int) -> GrowStep:
+    """After an unstable probe: the Cell class to add next, the one its replays named most often.
+
+    Only seeds that are not stable count; a class already in the list is not
+    offered again. Stops when trials failed with an exception and no replay
+    named anything, when no new class was named, or after ``max_classes``.
+    """
+    named = Counter(
+        s.localized.cell_class for s in seeds if s.localized is not None and not s.verdict.learns_like_fp32
+    )
+    candidates = [name for name, _ in named.most_common() if name not in black]
+    if not candidates and any(s.verdict.verdict is Verdict.FAILED for s in seeds):
+        return GrowStep(None, "stop: trials failed with an exception (see the ranking's error column)")
+    if not candidates:
+        return GrowStep(None, "stop: the replays named no Cell class that is not already in FP32")
+    if len(black) >= max_classes:
+        return GrowStep(None, f"stop: {max_classes} classes added and still unstable (search_rounds)")
+    chosen = candidates[0]
+    return GrowStep(chosen, f"add {chosen} (named on {named[chosen]} of {len(seeds)} seeds)")
+
+
+def shrinkable(black: Sequence[str]) -> bool:
+    """Whether the shrink phase should try leaving classes out (delta debugging, one pass).
+
+    A list of one class is not shrunk: without it the probe is the default
+    list, which the grow phase already saw fail.
+    """
+    return len(black) >= 2
+
+
+def shrink_decision(dropped: str, stable_without: bool) -> str:
+    return f"drop {dropped}: stable on every seed without it" if stable_without else f"keep {dropped}: needed"
+
+
+def stability_phrase(seeds: Sequence[SeedEvidence]) -> str:
+    """A probe's verdict in the words ``search.json`` and the report use."""
+    verdict = probe_verdict(seeds)
+    if verdict is Verdict.STABLE:
+        return "stable on every seed"
+    if verdict is Verdict.SILENT:
+        return "finite, but learns clearly worse than FP32 on some seed (silent failure)"
+    return "unstable"

@@ -1,0 +1,135 @@
+"""One verdict for a trial and a configuration: the contracts' rule, and the search deciding by it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ampsweep.contracts import (
+    SILENT_LOSS_FACTOR,
+    SILENT_LOSS_MARGIN,
+    LearningEvidence,
+    LocalizedCell,
+    Outcome,
+    SearchFamily,
+    SearchLog,
+    SearchRound,
+    TrialVerdict,
+    Verdict,
+    configuration_verdict,
+    decode_search,
+    encode_search,
+    steps_to_target,
+    trial_verdict,
+)
+from ampsweep.sweep._search_rules import SeedEvidence, is_stable, next_class, shrinkable
+
+FP32 = LearningEvidence(final_loss=0.5, reached_target=True)
+
+
+def test_outcomes_come_first():
+    healthy = LearningEvidence(0.5, True)
+    assert trial_verdict(Outcome.DIVERGED, healthy, FP32).verdict is Verdict.DIVERGED
+    assert trial_verdict("failed", healthy, FP32).verdict is Verdict.FAILED
+    assert trial_verdict("completed", healthy, FP32).verdict is Verdict.STABLE
+
+
+def test_a_finite_trial_far_above_fp32_is_a_silent_failure_and_says_why():
+    limit = SILENT_LOSS_FACTOR * FP32.final_loss + SILENT_LOSS_MARGIN
+    just_below = trial_verdict("completed", LearningEvidence(limit * 0.99, True), FP32)
+    above = trial_verdict("completed", LearningEvidence(limit * 1.01, True), FP32)
+    assert just_below.learns_like_fp32 and not above.learns_like_fp32
+    assert above.verdict is Verdict.SILENT and "x FP32" in above.reason
+
+
+def test_never_reaching_a_target_fp32_reaches_is_a_silent_failure():
+    verdict = trial_verdict("completed", LearningEvidence(0.6, reached_target=False), FP32)
+    assert verdict.verdict is Verdict.SILENT and "target" in verdict.reason
+    # FP32 did not get there either: nothing to be worse than
+    fp32_short = LearningEvidence(0.5, reached_target=False)
+    assert trial_verdict("completed", LearningEvidence(0.6, False), fp32_short).learns_like_fp32
+
+
+def test_without_fp32_a_completed_trial_is_stable():
+    assert trial_verdict("completed", LearningEvidence(9.0, False), None).verdict is Verdict.STABLE
+    unknown = LearningEvidence(None, None)
+    assert trial_verdict("completed", LearningEvidence(math.nan, None), unknown).learns_like_fp32
+
+
+@pytest.mark.parametrize(
+    ("seeds", "expected"),
+    [
+        (["stable", "stable"], Verdict.STABLE),
+        (["stable", "silent"], Verdict.SILENT),
+        (["silent", "failed"], Verdict.FAILED),
+        (["failed", "diverged", "stable"], Verdict.DIVERGED),
+        ([], Verdict.FAILED),
+    ],
+)
+def test_a_configuration_is_stable_only_when_every_seed_is(seeds, expected):
+    assert configuration_verdict(seeds) is expected
+    assert configuration_verdict(TrialVerdict(Verdict(s)) for s in seeds) is expected
+
+
+def test_steps_to_target_is_the_step_completing_the_first_window():
+    loss = [5.0] * 20 + [1.0] * 30
+    assert steps_to_target(loss, 1.0) == 30  # 1-based end of the first all-1.0 window of 10
+    assert steps_to_target(loss, 0.5) is None
+    assert steps_to_target([math.nan] + [0.1] * 9, 1.0) is None  # a NaN fails its windows
+    assert steps_to_target(loss, None) is None
+
+
+def _seed(seed: int, verdict: str, cls: str | None = None) -> SeedEvidence:
+    cell = LocalizedCell(f"layer{seed}", cls, "forward") if cls else None
+    return SeedEvidence(seed, TrialVerdict(Verdict(verdict)), cell)
+
+
+def test_the_search_grows_by_the_class_the_replays_named_most():
+    step = next_class(
+        [], [_seed(0, "diverged", "Norm"), _seed(1, "silent", "Norm"), _seed(2, "diverged", "Soft")], 6
+    )
+    assert step.add == "Norm" and "2 of 3 seeds" in step.decision
+
+
+def test_a_silent_seed_stops_the_search_from_calling_a_probe_stable():
+    # the search once called finite trials stable while the report called them silent failures
+    assert not is_stable([_seed(0, "stable"), _seed(1, "silent", "FeatureNorm")])
+    assert next_class([], [_seed(0, "stable"), _seed(1, "silent", "FeatureNorm")], 6).add == "FeatureNorm"
+
+
+def test_the_search_stops_with_a_reason():
+    assert "no Cell class" in next_class(["Norm"], [_seed(0, "diverged", "Norm")], 6).decision
+    assert next_class(["A"], [_seed(0, "diverged", "B")], 1).add is None
+    assert "exception" in next_class([], [_seed(0, "failed")], 6).decision
+    assert not shrinkable(["Norm"]) and shrinkable(["Norm", "Soft"])
+
+
+def test_the_localized_cell_round_trips_search_json_as_a_value():
+    cell = LocalizedCell("norm1", "CustomNorm", "forward")
+    log = SearchLog(sweep="s", families=[SearchFamily("O2", "float16", "none")])
+    log.families[0].rounds.append(SearchRound(1, "grow", [], None, {"0": "diverged"}, localized=[cell]))
+    again = decode_search(encode_search(log))
+    assert again.families[0].rounds[0].localized == [cell]
+    assert str(cell) == "norm1 (CustomNorm, forward)"
+
+
+def test_the_ranking_and_the_search_read_the_same_verdicts(tmp_path):
+    """One silent seed of two: the search's verdict, the ranking's tier and the report agree."""
+    import numpy as np
+
+    from ampsweep.analysis import analyze, trial_verdicts
+    from tests.test_analysis import write_trial
+
+    curve = np.linspace(2.0, 0.2, 200)
+    stuck = np.full(200, 2.0)
+    for seed in (0, 1):
+        write_trial(tmp_path, f"fp32-{seed}", loss=curve, amp_level="O0", seed=seed)
+    write_trial(tmp_path, "mp-0", loss=curve, seed=0)
+    write_trial(tmp_path, "mp-1", loss=stuck, seed=1)
+    verdicts = trial_verdicts(tmp_path)
+    assert verdicts["mp-0"].verdict is Verdict.STABLE
+    assert verdicts["mp-1"].verdict is Verdict.SILENT
+    row = analyze(tmp_path).ranking.set_index("amp_level").loc["O2"]
+    assert row["verdict"] == "silent" and row["stability"] == "silent failure"
+    assert "1/2 seeds" in row["silent_reason"] and "seed 1" in row["silent_reason"]
