@@ -65,17 +65,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-DOCS_STAMP := $(VENV)/.installed-docs
-$(DOCS_STAMP): $(STAMP)
-	$(BIN)/$(PIP_INSTALL) -e '.[test,docs]'
-	touch $@
-
 # the mkdocs site (docs/, mkdocs.yml) into site/; --strict turns every warning into an error
-docs: $(DOCS_STAMP)
+docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf runs rewritten_network .pytest_cache
+	rm -rf runs rewritten_network .pytest_cache site build/docs-api

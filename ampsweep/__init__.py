@@ -49,9 +49,11 @@ _PUBLIC: dict[str, str] = {
     "analyze": "ampsweep.analysis",
     "write_report": "ampsweep.analysis",
     "SweepAnalysis": "ampsweep.analysis",
+    "Analysis": "ampsweep.analysis",
 }
 
 __all__ = [
+    "Analysis",
     "FailurePolicy",
     "Grid",
     "Outcome",
@@ -72,7 +74,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ampsweep.analysis import SweepAnalysis, analyze, write_report
+    from ampsweep.analysis import Analysis, SweepAnalysis, analyze, write_report
     from ampsweep.contracts import Outcome, Verdict, configuration_verdict, trial_verdict
     from ampsweep.jobs import TrialConfig, Workload
     from ampsweep.sweep import (

@@ -19,6 +19,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -184,8 +185,8 @@ def _diverged_trial(ranking: pd.DataFrame, scores: pd.DataFrame, has_layers: set
     return None
 
 
-def _optional(value: object) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)  # type: ignore[arg-type]
+def _optional(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
 
 
 def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFrame) -> LayerFigureData | None:

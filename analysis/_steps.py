@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ampsweep.contracts import FINAL_FRACTION, final_loss_rows
+from ampsweep.contracts import FINAL_FRACTION, TARGET_WINDOW, final_loss_rows
 
 from ._load import SweepLocation, files_by_trial, resolve
 
@@ -49,7 +49,7 @@ __all__ = ["FINAL_FRACTION", "TrialAccumulator", "aggregate_steps", "read_trial_
 
 SPIKE_FACTOR = 3.0
 SPIKE_WINDOW = 20
-TARGET_WINDOW = 10
+
 BATCH_ROWS = 65_536
 
 #: Only these columns are read; the rest of the step table is never decoded.

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import PREFIX_SNAPSHOT
+
 from ._anomalies import localization_phrase
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from ._classes import clip_text
@@ -114,12 +116,37 @@ def rules_notes() -> list[str]:
     ]
 
 
+def start_sentence(scores: pd.DataFrame) -> str | None:
+    """Where the trials started (``start_from``), in one sentence; None when every one started at 0."""
+    if "start_step" not in scores or not (scores["start_step"].fillna(0) > 0).any():
+        return None
+    forked = scores[scores["start_step"].fillna(0) > 0]
+    steps = sorted({int(s) for s in forked["start_step"]})
+    at = f"step {steps[0]:,}" if len(steps) == 1 else "steps " + ", ".join(f"{s:,}" for s in steps)
+    snapshots = forked["start_from"].dropna().unique()
+    seeds = forked["seed"].nunique()
+    if all(str(s).startswith(PREFIX_SNAPSHOT) for s in snapshots):
+        source = (
+            f"an FP32 prefix ({len(snapshots)}, one per seed)"
+            if len(snapshots) == seeds
+            else "an FP32 prefix"
+        )
+    elif len(snapshots) == 1:
+        source = "the user's checkpoint"
+    else:
+        source = f"{len(snapshots)} checkpoints"
+    return f"trials start at {at} from {source}; steps are global, so a forked trial's first step is {steps[0]:,}"
+
+
 def counts_items(a: SweepAnalysis) -> list[str]:
     """The "Trials" list: what was committed, expected, ignored, and the FP32 reference."""
     inv = a.inventory
     scores = a.scores
     outcome = scores["outcome"].value_counts()
     items = []
+    start = start_sentence(scores)
+    if start:
+        items.append(start)
     if not inv.has_trials_dir:
         items.append("No `trials/` folder: no trial has been committed yet.")
     items.append(

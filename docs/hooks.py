@@ -7,8 +7,8 @@ Three jobs, so that no page restates what the code or another file owns:
   schema itself, the meaning of each column from the field's metadata
   (``description``) or else from ``ampsweep.contracts.COLUMN_DOCS``. A column
   with no meaning is a warning (an error under ``--strict``).
-- ``<!-- include: path/from/repo/root.md -->``: that file's text, its headings
-  one level down (the page keeps its own title). ``README.md`` included into
+- ``<!-- include: path/from/repo/root.md -->``: that file's text without its
+  title (the page keeps its own). ``README.md`` included into
   ``index.md`` gets its ``docs/`` links rewritten to the site's.
 - The API reference (mkdocstrings) reads the sources statically, but the parts
   live in ``sweep/``, ``jobs/`` and ``analysis/`` and only packaging maps them
@@ -101,28 +101,24 @@ def schema_table(table: str, page: str = "") -> str:
 # --- includes -------------------------------------------------------------------------------------
 
 
-def demote_headings(text: str) -> str:
-    """Drop the first level-1 heading and move every other heading one level down (outside fences)."""
-    out: list[str] = []
+def drop_title(text: str) -> str:
+    """The text without its first level-1 heading (the including page has its own title)."""
+    lines = text.splitlines()
     fenced = False
-    dropped_title = False
-    for line in text.splitlines():
+    for index, line in enumerate(lines):
         if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and line.startswith("#"):
-            if line.startswith("# ") and not dropped_title:
-                dropped_title = True
-                continue
-            line = "#" + line
-        out.append(line)
-    return "\n".join(out) + "\n"
+        elif not fenced and line.startswith("# "):
+            del lines[index]
+            break
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
 def include(path: str, page: str = "") -> str:
     source = (ROOT / path).resolve()
     if ROOT not in source.parents or not source.is_file():
         raise PluginError(f"{page}: <!-- include: {path} -->: no such file in the repository")
-    text = demote_headings(source.read_text(encoding="utf-8"))
+    text = drop_title(source.read_text(encoding="utf-8"))
     if path == "README.md":
         # the README links into docs/ from the repository root; the site is docs/ itself
         text = re.sub(r"\]\(docs/", "](", text)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 - pa.compute
+import pyarrow.compute as pc
 
 from ampsweep.contracts import (
     ANOMALIES_SCHEMA,
@@ -102,5 +102,5 @@ def _global_steps(table: pa.Table, start_step: int) -> pa.Table:
     if not start_step or not table.num_rows:
         return table
     index = table.schema.get_field_index("replay_step")
-    shifted = pa.compute.add(table.column(index), pa.scalar(start_step, pa.int64()))
+    shifted = pc.add(table.column(index), pa.scalar(start_step, pa.int64()))
     return table.set_column(index, table.schema.field(index), shifted)

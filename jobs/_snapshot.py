@@ -49,7 +49,9 @@ def recall(snapshot: str) -> dict[str, Any]:
     try:
         return _READ[snapshot]
     except KeyError:
-        raise RuntimeError(f"the trial starts from snapshot {snapshot}, which this worker was not given") from None
+        raise RuntimeError(
+            f"the trial starts from snapshot {snapshot}, which this worker was not given"
+        ) from None
 
 
 def snapshot_id(data: bytes) -> str:
@@ -105,18 +107,26 @@ def misfits(workload: Workload, params: Mapping[str, Any]) -> list[str]:
     problems = []
     missing = sorted(set(network) - set(params))
     if missing:
-        problems.append(f"missing {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+        problems.append("missing " + _few(missing))
     known = set(network) | set(optimizer) | CHECKPOINT_METADATA
     unexpected = sorted(set(params) - known)
     if unexpected:
-        problems.append(f"unexpected {', '.join(unexpected[:5])}" + (" ..." if len(unexpected) > 5 else ""))
-    for name, value in sorted(params.items()):
-        target = network.get(name, optimizer.get(name))
-        if target is not None and tuple(value.shape) != tuple(target.shape):
-            problems.append(
-                f"wrong shape {name} (checkpoint {list(value.shape)}, workload {list(target.shape)})"
-            )
+        problems.append("unexpected " + _few(unexpected))
+    # the network's own shapes first: an optimizer slot only mirrors its parameter's
+    shapes = [
+        f"{name} (checkpoint {list(params[name].shape)}, workload {list(target.shape)})"
+        for cells in (network, optimizer)
+        for name, target in sorted(cells.items())
+        if name in params and tuple(params[name].shape) != tuple(target.shape)
+    ]
+    if shapes:
+        problems.append("wrong shape " + _few(shapes))
     return problems
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def starting_from(workload: Workload, params: Mapping[str, Any]) -> Workload:

@@ -231,7 +231,7 @@ class AdaptiveSearch:
         """The clip thresholds of the ``top`` best configurations on ``black``, by the analysis ranking."""
         from ampsweep.analysis import analyze
 
-        ranking = analyze(self.store.root).ranking
+        ranking = analyze(self.store.root, figures=False).ranking
         mine = ranking[
             (ranking["amp_level"] == family.amp_level)
             & (ranking["dtype"] == family.dtype)

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import CHECKPOINT_SNAPSHOT, FP32_LEVEL, PREFIX_SNAPSHOT
 from ampsweep.jobs import (
     TrialConfig,
     Workload,
@@ -71,7 +71,7 @@ def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:
 def prefix_snapshot_id(prefix: TrialConfig, version: str) -> str:
     """A prefix snapshot's name: what makes it, and the MindSpore that computed it."""
     text = json.dumps([prefix.trial_id, version])
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return PREFIX_SNAPSHOT + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class Starts:
@@ -122,7 +122,9 @@ class Starts:
             raise SpecError(
                 "start_from.step", None, "required: the checkpoint has no global_step to start from"
             )
-        return StartPoint(step=step, snapshot=snapshot_id(data), checkpoint=str(file.resolve()))
+        return StartPoint(
+            step=step, snapshot=CHECKPOINT_SNAPSHOT + snapshot_id(data), checkpoint=str(file.resolve())
+        )
 
     def for_seed(self, seed: int) -> StartPoint | None:
         start = self.spec.start_from

@@ -46,6 +46,7 @@ REQUIRED_PAGES = {
     "cluster.md": "running on a cluster",
     "benchmarks.md": "benchmarks",
     "api.md": "the API reference from docstrings",
+    "late-divergence.md": "start_from: your own checkpoint, when a prefix pays off",
 }
 
 FENCE = re.compile(r"^```(?P<lang>\S*)\s*$")
@@ -354,3 +355,12 @@ def test_the_spec_page_lists_every_field_and_axis() -> None:
             f"spec.md's {section!r} table: {sorted(set(model.model_fields) - set(documented))} missing, "
             f"{sorted(set(documented) - set(model.model_fields))} not in {model.__name__}"
         )
+
+
+def test_the_benchmarks_page_names_every_benchmark() -> None:
+    page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    assert "<!-- include: benchmarks/RESULTS.md -->" in page
+    missing = [
+        p.stem for p in sorted((ROOT / "benchmarks").glob("bench_*.py")) if f"| `{p.stem}` |" not in page
+    ]
+    assert not missing, f"benchmarks.md does not say what {missing} measure"

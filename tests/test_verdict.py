@@ -133,3 +133,34 @@ def test_the_ranking_and_the_search_read_the_same_verdicts(tmp_path):
     row = analyze(tmp_path).ranking.set_index("amp_level").loc["O2"]
     assert row["verdict"] == "silent" and row["stability"] == "silent failure"
     assert "1/2 seeds" in row["silent_reason"] and "seed 1" in row["silent_reason"]
+
+
+def test_the_streaming_scan_and_the_contracts_agree_on_steps_to_target():
+    """The analysis computes steps to target while streaming batches; the contracts own the formula."""
+    import numpy as np
+
+    from ampsweep.analysis._steps import TrialAccumulator
+
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        loss = np.abs(rng.normal(1.0, 0.5, 300)).cumsum()[::-1] / 100
+        loss[rng.integers(0, 300, 3)] = np.nan
+        target = float(np.nanquantile(loss, 0.3))
+        acc = TrialAccumulator(len(loss), target)
+        for start in range(0, len(loss), 64):  # in batches, as the scan reads them
+            part = slice(start, start + 64)
+            n = len(loss[part])
+            acc.update(
+                {
+                    "step": np.arange(len(loss))[part],
+                    "loss": loss[part],
+                    "nonfinite": ~np.isfinite(loss[part]),
+                    "skipped": np.zeros(n, bool),
+                    "clipped": np.zeros(n, bool),
+                    "grad_norm": np.ones(n),
+                    "step_ms": np.ones(n),
+                }
+            )
+        expected = steps_to_target(loss, target)
+        got = acc.result()["steps_to_target"]
+        assert (math.isnan(got) and expected is None) or got == expected

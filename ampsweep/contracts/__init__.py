@@ -23,10 +23,12 @@ from ._formulas import (
     steps_to_target,
 )
 from ._layout import (
+    CHECKPOINT_SNAPSHOT,
     LOCK_FILE,
     PART_FILE,
     PER_TRIAL_TABLES,
     PLAN_FILE,
+    PREFIX_SNAPSHOT,
     SNAPSHOT_FOLDER,
     SPEC_FILE,
     TRIAL_PARTITION_KEY,
@@ -94,6 +96,8 @@ __all__ = [
     "REFERENCE_FORM",
     "SILENT_LOSS_FACTOR",
     "SILENT_LOSS_MARGIN",
+    "CHECKPOINT_SNAPSHOT",
+    "PREFIX_SNAPSHOT",
     "SNAPSHOT_FOLDER",
     "SPEC_FILE",
     "STEPS_SCHEMA",

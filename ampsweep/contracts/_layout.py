@@ -22,6 +22,11 @@ SPEC_FILE = "sweep.yaml"
 #: (``start_from``), ``<snapshot id>.ckpt``, shared by every sweep written there.
 #: The leading ``_`` keeps it out of readers' way and out of the sweep-name space.
 SNAPSHOT_FOLDER = "_snapshots"
+#: A snapshot id (``trials.start_from``, the file's name) says where it came from:
+#: ``prefix-<hash of what made it>`` (an FP32 prefix the sweep ran) or
+#: ``ckpt-<hash of the file's bytes>`` (the user's own checkpoint).
+PREFIX_SNAPSHOT = "prefix-"
+CHECKPOINT_SNAPSHOT = "ckpt-"
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".driver.lock"
 PART_FILE = "part-0.parquet"

@@ -75,7 +75,7 @@ LAYERS_SCHEMA = pa.schema(
 ANOMALIES_SCHEMA = pa.schema(
     [
         ("kind", pa.string()),  # nonfinite | departure
-        ("replay_step", pa.int64()),  # step of the replay at which the Cell was caught
+        ("replay_step", pa.int64()),  # global step at which the replay caught the Cell
         ("cell", pa.string()),  # qualified name inside the network, e.g. "norm1"
         ("cell_class", pa.string()),
         ("phase", pa.string()),  # forward | backward
