@@ -125,7 +125,7 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
     try:
         write_plan()
         backends = [backend for backend, count in layout for _ in range(count)]
-        slots = [Slot(backend, index, index) for index, backend in enumerate(backends)][: len(pending)]
+        slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
 
         def commit(trial: TrialResult, attempts: int) -> None:
             store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
@@ -135,15 +135,16 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
 
         options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
         if any(t.start_from for t in pending):
-            all_slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+            # the FP32 prefixes first, on the same slots: their actors then take the trials
             data = make_snapshots(
-                plan, pending, store, all_slots, options, run.progress, lock.beat, ClusterWatch(_own_node())
+                plan, pending, store, slots, options, run.progress, lock.beat, ClusterWatch(_own_node())
             )
             options.snapshots = object_refs(data)
-            slots = all_slots[: len(pending)]
         with SweepProgress(len(plan), result.skipped, run.progress) as bar:
             baselines = store.baselines(plan.trials, done)
-            dispatcher = Dispatcher(slots, pending, options, commit, bar, lock.beat, len(done), baselines)
+            dispatcher = Dispatcher(
+                slots[: len(pending)], pending, options, commit, bar, lock.beat, len(done), baselines
+            )
             dispatcher.run(ClusterWatch(_own_node()))
     finally:
         lock.release()

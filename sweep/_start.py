@@ -88,6 +88,12 @@ class Starts:
         for seed, path in paths.items():
             field = "start_from.checkpoint" + ("" if seed is None else f".{seed}")
             self._by_checkpoint[str(seed)] = self._checkpoint_point(field, path, workload, spec_dir)
+        if isinstance(start.checkpoint, dict) and spec.search == "adaptive" and spec.confirm.seeds:
+            raise SpecError(
+                "start_from.checkpoint",
+                start.checkpoint,
+                "one path for every seed: search: adaptive confirms on seeds the mapping cannot name",
+            )
         if isinstance(start.checkpoint, dict):
             missing = [seed for seed in spec.grid.seed if seed not in start.checkpoint]
             if missing:

@@ -326,8 +326,11 @@ def test_a_workload_of_the_old_class_is_named(tmp_path):
     )
     with pytest.raises(WorkloadError) as caught:
         build_workload(f"{twin}:make", 0, {})
-    assert "returned jobs._workload.Workload, the class of the old package 'jobs'" in str(caught.value)
-    assert str(caught.value).endswith("write 'from ampsweep import Workload'")
+    # Which of two checks names it depends on whether an earlier test imported the checkout's
+    # bare ``jobs`` into this process; either way the one line names the old package and the fix.
+    message = str(caught.value)
+    assert "the old" in message and "'jobs'" in message, message
+    assert "from ampsweep import Workload" in message, message
 
 
 # --- the built wheel ----------------------------------------------------------
