@@ -115,7 +115,7 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
         [
             sys.executable,
             "-m",
-            "sweep",
+            "ampsweep",
             "run",
             str(outside / "spec.yaml"),
             "--address",
@@ -138,7 +138,7 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
         [
             sys.executable,
             "-m",
-            "sweep",
+            "ampsweep",
             "pull",
             str(tmp_path / "direct" / "cluster"),
             str(tmp_path / "pulled"),
@@ -166,7 +166,7 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
         "--",
         sys.executable,
         "-m",
-        "sweep",
+        "ampsweep",
         "run",
         "spec.yaml",
         "--out",
