@@ -47,7 +47,9 @@ _HEADER = [
 ]
 
 
-def _amp_lines(amp_level: str, black_list: tuple[str, ...], dtype: str, cell: str = "net_with_loss") -> list[str]:
+def _amp_lines(
+    amp_level: str, black_list: tuple[str, ...], dtype: str, cell: str = "net_with_loss"
+) -> list[str]:
     """Cast ``cell`` exactly as ``jobs._amp.apply_amp`` did in the sweep."""
     ms_dtype = f"mstype.{dtype or 'float16'}"
     if amp_level == FP32_LEVEL:

@@ -32,7 +32,9 @@ def _what(row: pd.Series) -> str:
 def loss_class_notes(scores: pd.DataFrame) -> list[str]:
     """One sentence per class that ``outside`` makes pointless to black-list (the driver marked it)."""
     marked = scores[
-        scores["equivalent_to"].notna() & (scores["loss_placement"] == "outside") & (scores["amp_level"] != FP32_LEVEL)
+        scores["equivalent_to"].notna()
+        & (scores["loss_placement"] == "outside")
+        & (scores["amp_level"] != FP32_LEVEL)
     ]
     if marked.empty:
         return []

@@ -116,9 +116,7 @@ def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
     if tier == cls.TIER_UNSTABLE:
         return _with_bad_clip(row, unstable_phrase(row))
     if tier == cls.TIER_SILENT:
-        text = (
-            f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
-        )
+        text = f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
         if row.get("localizations"):
             text += f"; localized to {localizations_phrase(row['localizations'])}"
         return _with_bad_clip(row, text)

@@ -63,7 +63,9 @@ def _run_child(name: str, out_file: Path, tiny: bool = False) -> None:
 def run_isolated(name: str) -> tuple[str, float, bool]:
     """Run one benchmark in a fresh interpreter; a failure becomes a section that says so."""
     waited, busy = wait_for_quiet()
-    settled = f"CPUs {busy:.0%} busy after waiting {waited:.0f} s for them to settle" if busy is not None else ""
+    settled = (
+        f"CPUs {busy:.0%} busy after waiting {waited:.0f} s for them to settle" if busy is not None else ""
+    )
     started = time.perf_counter()
     load = load_average()
     when = now_utc()

@@ -51,6 +51,7 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
 
     from ampsweep.jobs import build_workload
     from ampsweep.jobs._batches import to_tensors
+
     try:  # the step moved to its own module; older trees keep it in the trainer
         from ampsweep.jobs._step import CompiledStep
     except ImportError:

@@ -103,9 +103,7 @@ def run_cli(spec: dict[str, Any], tmp: Path, workers: int, *, timeout: float = 1
     ]
     started_at = time.time()
     started = time.perf_counter()
-    done = subprocess.run(
-        command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout
-    )
+    done = subprocess.run(command, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - started
     ended_at = time.time()
     root = out / spec["name"]

@@ -75,14 +75,14 @@ def _steps_table(rng: np.random.Generator, n: int, clip: float | None, diverge_a
     nonfinite = ~np.isfinite(loss) | ~np.isfinite(grad)
     clipped = np.zeros(n, bool) if clip is None else (grad > clip) & ~nonfinite
     columns = {
-            "step": steps,
-            "loss": loss,
-            "grad_norm": grad,
-            "clipped": clipped,
-            "nonfinite": nonfinite,
-            "skipped": np.zeros(n, bool),
-            "loss_scale": np.ones(n),
-            "step_ms": 10.0 + rng.gamma(2.0, 0.5, n),
+        "step": steps,
+        "loss": loss,
+        "grad_norm": grad,
+        "clipped": clipped,
+        "nonfinite": nonfinite,
+        "skipped": np.zeros(n, bool),
+        "loss_scale": np.ones(n),
+        "step_ms": 10.0 + rng.gamma(2.0, 0.5, n),
     }
     missing = [name for name in STEP_SCHEMA.names if name not in columns]
     if missing:  # a column the contract gained since: null, so the table still matches it
@@ -238,7 +238,14 @@ def run(full: bool = True, tiny: bool = False) -> str:
     lines = [
         "## Analysis: ranking large sweeps",
         "",
-        *(["_Tiny smoke-test size (rows named 10M/100M hold far fewer rows): the figures mean nothing._", ""] if tiny else []),
+        *(
+            [
+                "_Tiny smoke-test size (rows named 10M/100M hold far fewer rows): the figures mean nothing._",
+                "",
+            ]
+            if tiny
+            else []
+        ),
         f"Target for 10M step rows: ranking (`analysis.analyze`, fresh process, imports included) in <= "
         f"{TARGET_S:g} s and <= {TARGET_RSS_GIB:g} GiB peak RSS. 100M rows: no time target, memory must stay "
         "bounded (it grows with the longest trial, not with the sweep).",

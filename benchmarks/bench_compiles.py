@@ -45,7 +45,9 @@ def run(tiny: bool = False) -> str:
     compiles, pairs, extra = compiles_per_worker_graph(t)
     graphs = t["graph_id"].nunique()
     per_worker = t.groupby("worker_index").agg(
-        trials=("trial_id", "size"), graphs=("graph_id", "nunique"), compiles=("compile_s", lambda c: int((c > 0).sum()))
+        trials=("trial_id", "size"),
+        graphs=("graph_id", "nunique"),
+        compiles=("compile_s", lambda c: int((c > 0).sum())),
     )
     compiled = t[t["compile_s"] > 0]["compile_s"]
     table = ["| worker | trials | distinct graphs | compiles |", "|---:|---:|---:|---:|"]

@@ -194,7 +194,6 @@ def _actor_class_users() -> list[Any]:
     import pkgutil
 
     from ampsweep import sweep
-
     from ampsweep.jobs import TrialWorker
 
     users = []
@@ -225,9 +224,7 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
 
     from ._noop_actor import NoopTrialWorker
 
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"NPU": per_node}}
-    )
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"NPU": per_node}})
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1, resources={"NPU": per_node})
     cluster.wait_for_nodes()
@@ -304,7 +301,10 @@ def run_scale(tiny: bool = False) -> str:
             f"{p['wall_s']:.1f} | **{p['rate']:.0f}** | {p['per_trial_ms']:.1f} |"
         )
     examples = []
-    for label, trial_s in (("a 300-step seed_repro trial (~2 s)", 2.0), ("a 300-step resnet18 trial at 1.3 s/step (~390 s)", 390.0)):
+    for label, trial_s in (
+        ("a 300-step seed_repro trial (~2 s)", 2.0),
+        ("a 300-step resnet18 trial at 1.3 s/step (~390 s)", 390.0),
+    ):
         share = busy_s / trial_s
         examples.append(
             f"{label}: the driver would need {share * 100:.0f} % of its time to keep 1,000 devices fed"

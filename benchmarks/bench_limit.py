@@ -61,8 +61,9 @@ def mindcv_spec(tiny: bool) -> dict[str, Any]:
     return {
         "name": "mindcv-resnet18",
         "workload": "ampsweep.jobs.workloads.mindcv:make",
-        "workload_args": {"model": "resnet18", "batch": 8, "image": 32} if not tiny else
-        {"model": "resnet18", "batch": 2, "image": 16},
+        "workload_args": {"model": "resnet18", "batch": 8, "image": 32}
+        if not tiny
+        else {"model": "resnet18", "batch": 2, "image": 16},
         "steps": 2 if tiny else 8,
         "abort_after": 10,
         "grid": {"amp_level": ["O0", "O2"], "clip": [None, 1.0], "seed": [0]},
@@ -103,8 +104,17 @@ def bare_times(spec: dict[str, Any], trials: Any, steps: int, tmp: Path) -> dict
     procs = []
     for i in range(WORKERS):
         out = tmp / f"bare-{i}.json"
-        command = [sys.executable, "-m", "benchmarks._bare", str(request), str(out), str(cores[i % len(cores)])]
-        procs.append((subprocess.Popen(command, cwd=ROOT, env=child_env(), stderr=subprocess.PIPE, text=True), out))
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks._bare",
+            str(request),
+            str(out),
+            str(cores[i % len(cores)]),
+        ]
+        procs.append(
+            (subprocess.Popen(command, cwd=ROOT, env=child_env(), stderr=subprocess.PIPE, text=True), out)
+        )
     results = []
     for proc, out in procs:
         _, err = proc.communicate(timeout=1800)
@@ -161,12 +171,20 @@ def fixed_cost_parts(spec: dict[str, Any], tmp: Path) -> dict[str, float]:
     env = child_env()
     parts: dict[str, float] = {}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import ampsweep.sweep.cli"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", "import ampsweep.sweep.cli"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     parts["python_and_cli_import_s"] = time.perf_counter() - started
     path = tmp / "plan-spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     started = time.perf_counter()
-    subprocess.run([*ampsweep_command(), "plan", str(path)], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*ampsweep_command(), "plan", str(path)], cwd=ROOT, env=env, check=True, capture_output=True
+    )
     parts["plan_s"] = time.perf_counter() - started
     done = subprocess.run(
         [sys.executable, "-c", _RAY_AND_ACTORS], cwd=ROOT, env=env, check=True, capture_output=True, text=True
@@ -184,7 +202,10 @@ def measure_case(key: str, spec: dict[str, Any], tmp: Path, bare_steps: int) -> 
     load_start = load_average()
     log(NAME, f"{key}: sweep {spec['name']} through the CLI on {WORKERS} workers")
     cli = run_cli(spec, tmp / key, WORKERS)
-    log(NAME, f"{key}: sweep took {cli.wall_s:.1f} s; timing its {cli.trials['graph_id'].nunique()} graphs bare")
+    log(
+        NAME,
+        f"{key}: sweep took {cli.wall_s:.1f} s; timing its {cli.trials['graph_id'].nunique()} graphs bare",
+    )
     bare = bare_times(spec, cli.trials, bare_steps, tmp / key)
     limit, pure, compiles = limit_of(cli.trials, bare)
     sweep_phase = cli.last_end - cli.first_start
@@ -228,17 +249,35 @@ def _case_table(c: dict[str, Any]) -> list[str]:
         ("Bare, per graph: ms/step", step_ms),
         ("Bare, per graph: compile s (for comparison; not in the limit)", compile_s),
         ("Σ pure step time / workers", f"{c['pure'] / WORKERS:.1f} s"),
-        ("+ one compile of each distinct graph (median `compile_s` of the sweep's compiles)", f"{c['compiles_bare']:.1f} s"),
+        (
+            "+ one compile of each distinct graph (median `compile_s` of the sweep's compiles)",
+            f"{c['compiles_bare']:.1f} s",
+        ),
         ("**Limit**", f"**{c['limit']:.1f} s**"),
         ("**Sweep phase** (first trial start → last trial end)", f"**{c['sweep_phase']:.1f} s**"),
-        ("**Sweep phase / limit**", f"**{c['ratio']:.2f}×** (target ≤ {TARGET_RATIO:g}×: {verdict(c['ratio'] <= TARGET_RATIO)})"),
+        (
+            "**Sweep phase / limit**",
+            f"**{c['ratio']:.2f}×** (target ≤ {TARGET_RATIO:g}×: {verdict(c['ratio'] <= TARGET_RATIO)})",
+        ),
         ("… Σ `wall_s` per worker", " and ".join(f"{v:.1f} s" for v in per_worker.to_numpy())),
         ("… Σ `compile_s` over trials (compiles)", f"{c['sum_compile']:.1f} s ({c['n_compiles']})"),
-        ("… worker time between trials (workers × phase − Σ `wall_s`)", f"{outside:.1f} s ({outside / max(len(t), 1) * 1000:.0f} ms a trial)"),
-        ("Fixed: command start → first trial started", f"{c['to_first']:.1f} s (target ≤ {TARGET_FIRST_TRIAL_S:g} s: {verdict(c['to_first'] <= TARGET_FIRST_TRIAL_S)})"),
-        ("Fixed: first trial on each worker (slowest), its compile", f"{c['first_trial_s']:.1f} s, {c['first_trial_compile_s']:.1f} s"),
+        (
+            "… worker time between trials (workers × phase − Σ `wall_s`)",
+            f"{outside:.1f} s ({outside / max(len(t), 1) * 1000:.0f} ms a trial)",
+        ),
+        (
+            "Fixed: command start → first trial started",
+            f"{c['to_first']:.1f} s (target ≤ {TARGET_FIRST_TRIAL_S:g} s: {verdict(c['to_first'] <= TARGET_FIRST_TRIAL_S)})",
+        ),
+        (
+            "Fixed: first trial on each worker (slowest), its compile",
+            f"{c['first_trial_s']:.1f} s, {c['first_trial_compile_s']:.1f} s",
+        ),
         ("Fixed: last trial end → command exit (report)", f"{c['tail']:.1f} s"),
-        ("Compiles vs distinct (worker, graph) pairs", f"{c['n_compiles']} vs {c['pairs']}" + (f" ({'; '.join(c['extra'][:3])})" if c["extra"] else "")),
+        (
+            "Compiles vs distinct (worker, graph) pairs",
+            f"{c['n_compiles']} vs {c['pairs']}" + (f" ({'; '.join(c['extra'][:3])})" if c["extra"] else ""),
+        ),
     ]
     return ["| | value |", "|---|---:|"] + [f"| {a} | {b} |" for a, b in rows]
 
@@ -250,7 +289,9 @@ def _pairs_without_compile(trials: Any) -> str:
         if not (rows["compile_s"] > 0).any():
             outcomes = ", ".join(f"{k} {v}" for k, v in rows["outcome"].value_counts().items())
             attempts = int(rows["attempts"].max()) if "attempts" in rows else 1
-            notes.append(f"worker {worker}, graph {graph}: {len(rows)} trial(s), {outcomes}, attempts ≤ {attempts}")
+            notes.append(
+                f"worker {worker}, graph {graph}: {len(rows)} trial(s), {outcomes}, attempts ≤ {attempts}"
+            )
     return ("No compile recorded for " + "; ".join(notes) + ".") if notes else ""
 
 
@@ -323,9 +364,17 @@ def run(tiny: bool = False) -> str:
     if tiny:
         lines += ["The realistic-model case is left out at the tiny size.", ""]
     elif not have_mindcv():
-        lines += ["The realistic-model case was skipped: mindcv is not installed (`pip install -e '.[models]'`).", ""]
+        lines += [
+            "The realistic-model case was skipped: mindcv is not installed (`pip install -e '.[models]'`).",
+            "",
+        ]
     p = parts
-    startup_known = p["python_and_cli_import_s"] + (p["plan_s"] - p["python_and_cli_import_s"]) + p["ray_init_s"] + p["actors_s"]
+    startup_known = (
+        p["python_and_cli_import_s"]
+        + (p["plan_s"] - p["python_and_cli_import_s"])
+        + p["ray_init_s"]
+        + p["actors_s"]
+    )
     lines += [
         "### Where the start-up goes (demo)",
         "",
@@ -336,7 +385,7 @@ def run(tiny: bool = False) -> str:
         f"| Python start + `import ampsweep.sweep.cli` | {p['python_and_cli_import_s']:.1f} |",
         f"| validation: `ampsweep plan` (imports, spec, building the workload once) minus the import | {p['plan_s'] - p['python_and_cli_import_s']:.1f} |",
         f"| `import ray` | {p['import_ray_s']:.1f} |",
-        f"| `ray.init(address=\"local\")` | {p['ray_init_s']:.1f} |",
+        f'| `ray.init(address="local")` | {p["ray_init_s"]:.1f} |',
         f"| two actors started, each importing MindSpore and setting the device | {p['actors_s']:.1f} |",
         f"| sum of the parts above (`import ray` is inside the first two) | {startup_known:.1f} |",
         f"| measured in the sweep: command start → first trial started | {demo_case['to_first']:.1f} |",

@@ -37,7 +37,9 @@ def _pipeline(seed: int, rows: int, batch: int, features: int, classes: int) -> 
         yield from zip(inputs, labels)
 
     ds.config.set_seed(seed)  # the epoch shuffles are part of the trial's seed
-    pipeline = ds.GeneratorDataset(rows_of, column_names=["x", "y"], shuffle=True, python_multiprocessing=False)
+    pipeline = ds.GeneratorDataset(
+        rows_of, column_names=["x", "y"], shuffle=True, python_multiprocessing=False
+    )
     pipeline = pipeline.map(operations=lambda x: (x * 0.5).astype(np.float32), input_columns=["x"])
     return pipeline.batch(batch, drop_remainder=True)
 

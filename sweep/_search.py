@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ._spec import SweepSpec
     from ._workload_check import WorkloadFacts
 
+
 class AdaptiveSearch:
     """One adaptive search over a validated sweep; ``run`` returns what ``Sweep.run`` returns."""
 

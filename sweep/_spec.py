@@ -68,9 +68,7 @@ class Grid(BaseModel):
 
     _check_nonempty = field_validator(
         "amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement"
-    )(
-        _nonempty
-    )
+    )(_nonempty)
 
     @field_validator("clip")
     @classmethod

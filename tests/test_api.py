@@ -90,9 +90,21 @@ def test_readme_example_runs_and_matches_the_cli(tmp_path):
     spec_file = tmp_path / "api-demo.yaml"
     spec_file.write_text(yaml.safe_dump(namespace["spec"]))
     cli = subprocess.run(
-        [sys.executable, "-m", "ampsweep", "run", str(spec_file), "--out", str(tmp_path / "cli"),
-         "--workers", "2", "--no-progress"],
-        env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "ampsweep",
+            "run",
+            str(spec_file),
+            "--out",
+            str(tmp_path / "cli"),
+            "--workers",
+            "2",
+            "--no-progress",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert cli.returncode == 0, cli.stderr[-3000:]
     cli_root = tmp_path / "cli" / "api-demo"

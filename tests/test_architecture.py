@@ -33,7 +33,9 @@ def _module_name(part: str, path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     return {
-        _module_name(part, path): path for part, folder in PARTS.items() for path in sorted(folder.rglob("*.py"))
+        _module_name(part, path): path
+        for part, folder in PARTS.items()
+        for path in sorted(folder.rglob("*.py"))
     }
 
 
@@ -60,7 +62,10 @@ def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     names = set(modules)
-    return {name: {m for m in _imports(name, path, names) if m in names and m != name} for name, path in modules.items()}
+    return {
+        name: {m for m in _imports(name, path, names) if m in names and m != name}
+        for name, path in modules.items()
+    }
 
 
 def _part(module: str) -> str:
@@ -128,7 +133,11 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def _package_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Module -> module edges, less each package's ``__init__`` re-exporting its own children."""
     return {
-        module: {t for t in targets if not (t.startswith(module + ".") and _modules()[module].name == "__init__.py")}
+        module: {
+            t
+            for t in targets
+            if not (t.startswith(module + ".") and _modules()[module].name == "__init__.py")
+        }
         for module, targets in graph.items()
     }
 

@@ -17,9 +17,12 @@ TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 def test_plan_into_a_closed_pipe_exits_quietly(tmp_path):
     spec = tmp_path / "big.yaml"
     # ~2000 plan lines: far more than a pipe buffers, so `head` closes it mid-write
-    spec.write_text(yaml.safe_dump({"name": "big", "workload": f"{TINY}:make", "steps": 5,
-                                    "grid": {"seed": list(range(1000))}}))
-    shell = f"{sys.executable} -m sweep plan {spec} | head -n 2; exit ${{PIPESTATUS[0]}}"
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "big", "workload": f"{TINY}:make", "steps": 5, "grid": {"seed": list(range(1000))}}
+        )
+    )
+    shell = f"{sys.executable} -m ampsweep plan {spec} | head -n 2; exit ${{PIPESTATUS[0]}}"
     ran = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120)
     assert ran.stdout.splitlines()[0].startswith("big: 2000 trials")
     assert len(ran.stdout.splitlines()) == 2

@@ -10,7 +10,9 @@ from tests._trial import trial_config
 
 def _queue(*specs: tuple[str, tuple[str, ...], int]):
     return deque(
-        baseline_first([trial_config(amp_level=level, black_list=black, seed=seed) for level, black, seed in specs])
+        baseline_first(
+            [trial_config(amp_level=level, black_list=black, seed=seed) for level, black, seed in specs]
+        )
     )
 
 

@@ -26,7 +26,7 @@ TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 
 def _ampsweep(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "sweep", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "ampsweep", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -114,7 +114,7 @@ def test_a_killed_driver_loses_no_finished_trial(tmp_path):
         [
             sys.executable,
             "-m",
-            "sweep",
+            "ampsweep",
             "run",
             str(spec),
             "--out",

@@ -149,7 +149,9 @@ def test_a_forked_sweep_runs_its_prefix_once_and_resume_reuses_it(tmp_path):
     snapshots = sorted((out / SNAPSHOT_FOLDER).glob("*.ckpt"))
     assert len(snapshots) == 2
     stamps = [p.stat().st_mtime_ns for p in snapshots]
-    steps = ds.dataset(out / "fork" / "steps", format="parquet", partitioning="hive").to_table(columns=["step"])
+    steps = ds.dataset(out / "fork" / "steps", format="parquet", partitioning="hive").to_table(
+        columns=["step"]
+    )
     assert min(steps.column("step").to_pylist()) == 30
     # a second sweep with the same prefix (another name, same OUT) reuses the snapshots
     again = yaml.safe_load(spec.read_text()) | {"name": "fork-again"}

@@ -30,7 +30,7 @@ def test_trial_id_is_pinned():
 
 def test_trial_id_is_the_same_in_a_fresh_process():
     code = (
-        "from jobs import TrialConfig;"
+        "from ampsweep.jobs import TrialConfig;"
         "print(TrialConfig(workload='ampsweep.jobs.workloads.seed_repro:make', steps=300, abort_after=10,"
         " amp_level='O2', black_list=('CustomNorm',), clip=1.0, loss_scale='none', dtype='float16', seed=0).trial_id)"
     )
@@ -60,7 +60,9 @@ def test_graph_id_shared_by_clip_seed_and_static_scale_value():
 
 
 def _spec(grid: dict) -> object:
-    return parse_spec({"name": "g", "workload": "ampsweep.jobs.workloads.seed_repro:make", "steps": 10, "grid": grid})
+    return parse_spec(
+        {"name": "g", "workload": "ampsweep.jobs.workloads.seed_repro:make", "steps": 10, "grid": grid}
+    )
 
 
 def test_grid_is_the_product_with_stable_ids():

@@ -87,7 +87,7 @@ def test_the_report_says_where_the_overflow_is(tmp_path):
         [
             sys.executable,
             "-m",
-            "sweep",
+            "ampsweep",
             "run",
             str(path),
             "--out",

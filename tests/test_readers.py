@@ -20,7 +20,6 @@ import pandas as pd
 import pytest
 
 from ampsweep import analysis
-
 from ampsweep.sweep import SweepStore
 from tests.test_store import _record as store_record
 

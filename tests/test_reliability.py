@@ -60,7 +60,7 @@ def _command(spec: Path, out: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "sweep",
+        "ampsweep",
         "run",
         str(spec),
         "--out",
@@ -254,7 +254,7 @@ def test_a_corrupt_file_is_reported_skipped_and_rerun(tmp_path):
     steps_file = root / part_path("steps", victim)
     steps_file.write_bytes(steps_file.read_bytes()[:40])  # truncated mid-write by a full disk, say
     report = subprocess.run(
-        [sys.executable, "-m", "sweep", "report", str(root)], capture_output=True, text=True
+        [sys.executable, "-m", "ampsweep", "report", str(root)], capture_output=True, text=True
     )
     assert report.returncode == 0, report.stderr[-2000:]
     assert victim in report.stdout + report.stderr + (root / "report" / "report.md").read_text()

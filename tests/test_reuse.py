@@ -53,7 +53,9 @@ def _fresh_process(config: TrialConfig) -> list:
 def test_reused_graph_is_bit_identical_to_a_fresh_process(loss_scale):
     cache = GraphCache()
     first = run_trial(
-        _config(seed=1, clip=None, loss_scale=loss_scale), "ampsweep.jobs.workloads.seed_repro:make", cache=cache
+        _config(seed=1, clip=None, loss_scale=loss_scale),
+        "ampsweep.jobs.workloads.seed_repro:make",
+        cache=cache,
     )
     target = _config(seed=0, clip=0.7, loss_scale=loss_scale)
     reused = run_trial(target, target.workload, cache=cache)

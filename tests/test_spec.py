@@ -66,7 +66,7 @@ def test_missing_spec_file(tmp_path, capsys):
 
 def test_bad_cli_flag_exits_2(write_spec):
     result = subprocess.run(
-        [sys.executable, "-m", "sweep", "run", str(write_spec()), "--out", "x", "--workers", "0"],
+        [sys.executable, "-m", "ampsweep", "run", str(write_spec()), "--out", "x", "--workers", "0"],
         capture_output=True,
         text=True,
     )

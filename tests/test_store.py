@@ -79,7 +79,12 @@ PINNED = {
         ("note", "string"),
     ],
 }
-SCHEMAS = {"trials": TRIALS_SCHEMA, "steps": STEPS_SCHEMA, "layers": LAYERS_SCHEMA, "anomalies": ANOMALIES_SCHEMA}
+SCHEMAS = {
+    "trials": TRIALS_SCHEMA,
+    "steps": STEPS_SCHEMA,
+    "layers": LAYERS_SCHEMA,
+    "anomalies": ANOMALIES_SCHEMA,
+}
 
 
 @pytest.mark.parametrize("table", sorted(PINNED))

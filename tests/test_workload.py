@@ -28,7 +28,10 @@ def test_relative_file_resolves_against_cwd_then_spec_dir(tmp_path, monkeypatch)
     assert resolve_reference("models/m.py:make") == f"{tmp_path / 'models' / 'm.py'}:make"
     monkeypatch.chdir("/")
     assert resolve_reference("m.py:make", tmp_path / "models") == f"{tmp_path / 'models' / 'm.py'}:make"
-    assert resolve_reference("ampsweep.jobs.workloads.seed_repro:make") == "ampsweep.jobs.workloads.seed_repro:make"
+    assert (
+        resolve_reference("ampsweep.jobs.workloads.seed_repro:make")
+        == "ampsweep.jobs.workloads.seed_repro:make"
+    )
     with pytest.raises(WorkloadError, match="does not exist"):
         resolve_reference("nowhere.py:make")
 

@@ -75,7 +75,9 @@ def _known(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def trial_verdict(outcome: str | Outcome, trial: LearningEvidence, fp32: LearningEvidence | None) -> TrialVerdict:
+def trial_verdict(
+    outcome: str | Outcome, trial: LearningEvidence, fp32: LearningEvidence | None
+) -> TrialVerdict:
     """The verdict of one trial against its FP32 baseline of the same seed.
 
     A completed trial is a silent failure when its final loss is beyond

@@ -1,9 +1,0 @@
-"""``python -m ampsweep`` is the ``ampsweep`` command."""
-
-from __future__ import annotations
-
-import sys
-
-from .cli import main
-
-sys.exit(main())
