@@ -5,8 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import mindspore  # noqa: F401 - before any test module imports ray (see below)
 import pytest
 import yaml
+
+# MindSpore 2.7.0 cannot be imported after ray in one process: its generated protobuf
+# modules fail with "Descriptors cannot be created directly" under ray's newer protobuf.
+# A test file run alone that imports ray at its top would then fail for that reason only.
 
 TESTS = Path(__file__).parent
 TINY = TESTS / "workloads" / "tiny_mlp.py"
