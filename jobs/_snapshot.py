@@ -140,7 +140,14 @@ def starting_from(workload: Workload, params: Mapping[str, Any]) -> Workload:
 
     def load(cell: Any) -> None:
         own = _named(cell)  # only its own names: MindSpore warns about every other one
-        ms.load_param_into_net(cell, {name: value for name, value in params.items() if name in own})
+        # Copies: ``load_param_into_net`` shares the given tensors' memory with the cell, so
+        # training would write into the snapshot this process keeps for its next trial.
+        fresh = {
+            name: ms.Parameter(ms.Tensor(value.asnumpy()), name=name)
+            for name, value in params.items()
+            if name in own
+        }
+        ms.load_param_into_net(cell, fresh)
 
     load(workload.network)
     build = workload.optimizer

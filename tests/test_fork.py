@@ -48,6 +48,15 @@ def test_a_forked_trial_continues_the_from_zero_run_at_global_steps():
     assert (row["start_step"], row["start_from"]) == (30, "snap-test")
 
 
+def test_trials_forked_in_one_process_all_start_from_the_snapshot():
+    """A worker keeps the snapshot it read for its next trial: training must not write into it."""
+    prefix = run_trial(_fp32(30, save_snapshot=True), TINY_REF)
+    remember("snap-shared", prefix.snapshot)
+    first = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF)
+    again = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF)
+    assert _losses(first) == _losses(again)
+
+
 def test_the_start_is_part_of_the_trial_id_and_nothing_changes_without_it():
     plain = _fp32(20)
     assert dataclasses.replace(plain, start_step=0, start_from=None).trial_id == plain.trial_id
