@@ -80,7 +80,7 @@ def test_real_process_exit_code_and_no_traceback(write_spec, tmp_path):
         [
             sys.executable,
             "-m",
-            "sweep",
+            "ampsweep",
             "run",
             str(write_spec({"grid": {"amp_level": ["O9"]}})),
             "--out",
