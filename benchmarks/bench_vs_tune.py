@@ -104,7 +104,9 @@ def tune_trainable(config: dict[str, Any]) -> None:
 
     def step(clip: Any, x: Any, y: Any) -> Any:
         loss, grads = grad_fn(x, y)
-        norm = ops.sqrt(ops.stack([ops.reduce_sum(ops.square(g.astype(mstype.float32))) for g in grads]).sum())
+        norm = ops.sqrt(
+            ops.stack([ops.reduce_sum(ops.square(g.astype(mstype.float32))) for g in grads]).sum()
+        )
         factor = ops.select(norm > clip, clip / (norm + 1e-6), one)
         loss = ops.depend(loss, optimizer(tuple(g * factor.astype(g.dtype) for g in grads)))
         return ops.stack([loss.astype(mstype.float32), norm])
@@ -209,7 +211,12 @@ def run_tune(size: dict[str, Any], tmp: Path) -> dict[str, Any]:
     storage = tmp / "tune-storage"
     timings = tmp / "tune-timings"
     timings.mkdir(parents=True)
-    args = {"grid": size["grid"], "steps": size["steps"], "storage": str(storage), "timings_dir": str(timings)}
+    args = {
+        "grid": size["grid"],
+        "steps": size["steps"],
+        "storage": str(storage),
+        "timings_dir": str(timings),
+    }
     out_json = tmp / "tune.json"
     started_at = time.time()
     started = time.perf_counter()
@@ -241,7 +248,12 @@ def _tune_bytes(storage: Path) -> dict[str, int]:
             name = file.name
             if name.startswith("events.out.tfevents"):
                 key = "events.out.tfevents (TensorBoard)"
-            elif file.parent != storage / "vs-tune" and name in {"result.json", "progress.csv", "params.json", "params.pkl"}:
+            elif file.parent != storage / "vs-tune" and name in {
+                "result.json",
+                "progress.csv",
+                "params.json",
+                "params.pkl",
+            }:
                 key = f"{name} (per trial)"
             else:
                 key = f"{name} (experiment)" if file.parent == storage / "vs-tune" else f"{name} (other)"
@@ -297,19 +309,34 @@ def _section(size: dict[str, Any], n_trials: int, ours: Any, theirs: dict[str, A
     outside = theirs["fit_s"] - inside / WORKERS
 
     rows = [
-        ("End-to-end wall time (child process start to exit)", f"{ours.wall_s:.1f} s", f"{theirs['wall_s']:.1f} s"),
-        ("Trials (outcomes)", f"{len(t)} ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))})",
-         f"{theirs['trials']} ({len(theirs['errors'])} errors)"),
+        (
+            "End-to-end wall time (child process start to exit)",
+            f"{ours.wall_s:.1f} s",
+            f"{theirs['wall_s']:.1f} s",
+        ),
+        (
+            "Trials (outcomes)",
+            f"{len(t)} ({', '.join(f'{k} {v}' for k, v in sorted(outcomes.items()))})",
+            f"{theirs['trials']} ({len(theirs['errors'])} errors)",
+        ),
         ("Training steps run (rows of per-step metrics)", f"{our_steps:,}", f"{tune_steps:,}"),
         ("Bytes written", mb(ours.bytes_total), mb(tune_bytes)),
         ("**Bytes per 1000 steps**", f"**{our_per_k / 1e3:.1f} kB**", f"**{tune_per_k / 1e3:.1f} kB**"),
         ("Start to first trial's training", f"{startup:.1f} s", f"{first_entered:.1f} s (trainable entered)"),
-        ("Compiles", f"{our_compiles} ({our_compile_s:.1f} s in all)", f"{len(tr)} ({compile_s:.1f} s in all, first step)"),
+        (
+            "Compiles",
+            f"{our_compiles} ({our_compile_s:.1f} s in all)",
+            f"{len(tr)} ({compile_s:.1f} s in all, first step)",
+        ),
     ]
     table = ["| | ampsweep | Ray Tune |", "|---|---:|---:|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
 
-    ours_bytes = ", ".join(f"`{k}` {mb(v)}" for k, v in sorted(ours.bytes_by_table.items(), key=lambda kv: -kv[1]))
-    tune_kinds = ", ".join(f"{k} {mb(v)}" for k, v in sorted(theirs["bytes_by_kind"].items(), key=lambda kv: -kv[1])[:6])
+    ours_bytes = ", ".join(
+        f"`{k}` {mb(v)}" for k, v in sorted(ours.bytes_by_table.items(), key=lambda kv: -kv[1])
+    )
+    tune_kinds = ", ".join(
+        f"{k} {mb(v)}" for k, v in sorted(theirs["bytes_by_kind"].items(), key=lambda kv: -kv[1])[:6]
+    )
     met_speed = speedup >= TARGET_SPEEDUP
     met_bytes = fewer >= TARGET_BYTES
     lines = [
@@ -365,7 +392,10 @@ def _section(size: dict[str, Any], n_trials: int, ours: Any, theirs: dict[str, A
     if theirs["errors"]:
         lines += [f"Ray Tune trial errors: {theirs['errors'][:3]}", ""]
     if not met_speed:
-        lines += [f"Speed target missed: {speedup:.1f}× < {TARGET_SPEEDUP:g}× on this run (see the breakdown).", ""]
+        lines += [
+            f"Speed target missed: {speedup:.1f}× < {TARGET_SPEEDUP:g}× on this run (see the breakdown).",
+            "",
+        ]
     if not met_bytes:
         lines += [f"Bytes target missed: {fewer:.1f}× < {TARGET_BYTES:g}×.", ""]
     return "\n".join(lines)
