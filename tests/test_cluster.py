@@ -183,7 +183,7 @@ def test_run_against_a_running_head_and_through_ray_job_submit(ray_head, tmp_pat
 
     submitted = wait_until(
         submitted_to_an_agent,
-        120,
+        300,  # a hang guard: the agent comes up in seconds on a quiet machine, minutes on a loaded one
         interval=5,
         message=lambda: (
             "the head's job agent to take `ray job submit`; last answer:\n"
