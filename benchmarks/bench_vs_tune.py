@@ -75,29 +75,46 @@ def _spec(size: dict[str, Any]) -> dict[str, Any]:
 
 
 def tune_trainable(config: dict[str, Any]) -> None:
-    """A Ray Tune function trainable: one trial of the grid, ``tune.report`` every step."""
+    """A Ray Tune function trainable: one trial of the grid, ``tune.report`` every step.
+
+    The workload is ``benchmarks/mlp_workload.py`` unless ``config["workload"]``
+    names another factory (``package.module:make``, built with
+    ``config["workload_args"]``); ``config["loss_placement"]`` (``inside``, the
+    default: the ``WithLossCell`` is cast; ``outside``: the network alone) and
+    ``config["abort_after"]`` follow the spec keys of the same names.
+    """
     entered = time.time()
+    import importlib
+
     import mindspore as ms
     import numpy as np
     from mindspore import amp, nn, ops
     from mindspore.common import dtype as mstype
     from ray import tune
 
-    from benchmarks import mlp_workload
-
     ms.set_device("CPU")
     ms.device_context.cpu.op_tuning.threads_num(1)
     seed = config["seed"]
     ms.set_seed(seed)
     np.random.seed(seed)
-    workload = mlp_workload.make(seed)
-    net = nn.WithLossCell(workload.network, workload.loss_fn)
-    if config["amp_level"] != "O0":
+    module_name, _, factory = config.get("workload", "benchmarks.mlp_workload:make").partition(":")
+    module = importlib.import_module(module_name)
+    workload = getattr(module, factory)(seed, **config.get("workload_args", {}))
+    abort_after = config.get("abort_after", ABORT_AFTER)
+
+    def cast(cell: Any) -> Any:
+        if config["amp_level"] == "O0":
+            return cell
         if config["black_list"]:
-            black = amp.get_black_list() + [getattr(mlp_workload, n) for n in config["black_list"]]
-            net = amp.custom_mixed_precision(net, black_list=black, dtype=mstype.float16)
-        else:
-            net = amp.auto_mixed_precision(net, config["amp_level"], dtype=mstype.float16)
+            classes = [getattr(module, n, None) or getattr(nn, n) for n in config["black_list"]]
+            black = amp.get_black_list() + classes
+            return amp.custom_mixed_precision(cell, black_list=black, dtype=mstype.float16)
+        return amp.auto_mixed_precision(cell, config["amp_level"], dtype=mstype.float16)
+
+    if config.get("loss_placement", "inside") == "outside":
+        net = nn.WithLossCell(cast(workload.network), workload.loss_fn)
+    else:
+        net = cast(nn.WithLossCell(workload.network, workload.loss_fn))
     optimizer = workload.optimizer(workload.network.trainable_params())
     grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
     one = ms.Tensor(1.0, mstype.float32)
@@ -143,7 +160,7 @@ def tune_trainable(config: dict[str, Any]) -> None:
         report_s += time.perf_counter() - reported
         steps += 1
         bad_run = 0 if np.isfinite(loss) else bad_run + 1  # ampsweep's rule: the loss non-finite
-        if bad_run >= ABORT_AFTER:
+        if bad_run >= abort_after:
             break
     done = time.time()
     # Timings for the breakdown go to a side folder, outside Tune's storage_path.

@@ -46,6 +46,14 @@ EXPECTED: dict[str, list[str]] = {
         "### Realistic model: mindcv resnet18",
     ],
     "bench_compiles": ["## Compiles per actor (bench_compiles)", "compiles** for", "| worker | trials |"],
+    "bench_late": [
+        "## Time to answer a late divergence (bench_late)",
+        "| ampsweep from step 0 |",
+        "| ampsweep forked at 20 |",
+        "| Ray Tune + ASHA |",
+        "**Forked / from step 0:",
+        "ok: every forked trial's first step is 20 or later",
+    ],
     "bench_localize": [
         "## Localizing a broken trial (bench_localize)",
         "| trial | first non-finite step |",
@@ -73,7 +81,7 @@ EXPECTED: dict[str, list[str]] = {
         "### Where the difference comes from",
     ],
 }
-SKIPPED = {"bench_vs_tune"} if not HAVE_TUNE else set()
+SKIPPED = {"bench_vs_tune", "bench_late"} if not HAVE_TUNE else set()
 
 
 def _run_tiny(name: str, out_dir: Path) -> tuple[int, str, str]:
@@ -100,6 +108,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
     # the slowest first, so the pool's tail is short
     order = [
         "bench_vs_tune",
+        "bench_late",
         "bench_limit",
         "bench_launcher",
         "bench_capture",
