@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import mindspore  # noqa: F401 - before any test module imports ray (see below)
@@ -20,6 +21,18 @@ TINY = TESTS / "workloads" / "tiny_mlp.py"
 @pytest.fixture(scope="session", autouse=True)
 def _one_thread_mindspore() -> None:
     os.environ.setdefault("GLOG_v", "3")
+
+
+@pytest.fixture(autouse=True)
+def _shut_down_the_ray_a_test_started():
+    """A test that ran ``Sweep.run`` in this process leaves Ray up, as the API does for
+    a user; the next test that joins a cluster of its own must not find it attached."""
+    ray = sys.modules.get("ray")
+    before = bool(ray and ray.is_initialized())
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and not before and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture
