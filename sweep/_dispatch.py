@@ -26,6 +26,7 @@ from ._baselines import Baselines
 from ._config import FailurePolicy
 from ._errors import ClusterLost, Interrupted, WorkloadBroken
 from ._health import ClusterWatch
+from ._prefix import Forks
 from ._progress import SweepProgress
 from .devices import DeviceBackend, device_setup
 
@@ -58,8 +59,6 @@ class DispatchOptions:
     compute_on: str | None
     failure: FailurePolicy
     fail_fast: bool = True
-    #: snapshot id -> its bytes in Ray's object store, for the trials that fork (``start_from``)
-    snapshots: dict[str, Any] = field(default_factory=dict)
 
 
 def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
@@ -68,24 +67,36 @@ def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
     return sorted(trials, key=lambda trial: trial.amp_level != FP32_LEVEL)
 
 
-def next_trial(pending: deque[TrialConfig], own: set[str], held: set[str]) -> int:
+def next_trial(
+    pending: deque[TrialConfig],
+    own: set[str],
+    held: set[str],
+    startable: Callable[[TrialConfig], bool] = lambda _: True,
+) -> int | None:
     """Which queued trial an actor holding the graphs ``own`` runs next (its queue position).
 
     A compile costs seconds, so an actor takes, in this order: a trial of a graph it
     has compiled; one of a graph no other actor holds (so each graph is compiled by
-    as few actors as possible); else the head of the queue. The search never passes
-    an FP32 trial for a mixed-precision one, so baselines still run first.
+    as few actors as possible); else the first trial it may start. The search never
+    passes an FP32 trial for a mixed-precision one, so baselines still run first.
+    Trials that may not start yet (their snapshot is still being made) are passed
+    over; ``None`` when no queued trial may start.
     """
-    phase = pending[0].amp_level != FP32_LEVEL
+    first: int | None = None
     fresh: int | None = None
+    phase = False
     for position, candidate in enumerate(pending):
-        if (candidate.amp_level != FP32_LEVEL) != phase:
+        if not startable(candidate):
+            continue
+        if first is None:
+            first, phase = position, candidate.amp_level != FP32_LEVEL
+        elif (candidate.amp_level != FP32_LEVEL) != phase:
             break
         if candidate.graph_id in own:
             return position
         if fresh is None and candidate.graph_id not in held:
             fresh = position
-    return 0 if fresh is None else fresh
+    return first if fresh is None else fresh
 
 
 def workload_frame(traceback_text: str | None) -> str:
@@ -115,10 +126,13 @@ class Dispatcher:
         heartbeat: Callable[[list[str]], None],
         committed_before: int,
         baselines: Baselines,
+        forks: Forks | None = None,
     ) -> None:
         self.baselines = baselines
         self.slots = slots
-        self.pending: deque[TrialConfig] = deque(baseline_first(pending))
+        #: a forked sweep's snapshots; its prefix runs go ahead of every trial
+        self.forks = forks
+        self.pending: deque[TrialConfig] = deque(baseline_first([*(forks.runs if forks else []), *pending]))
         self.options = options
         self._commit = commit
         self.bar = bar
@@ -151,9 +165,12 @@ class Dispatcher:
             ray.kill(slot.actor, no_restart=True)
 
     # trials ---------------------------------------------------------------
-    def _take_for(self, slot: Slot) -> TrialConfig:
+    def _take_for(self, slot: Slot) -> TrialConfig | None:
         held = set().union(*(other.graphs for other in self.slots if other is not slot and not other.gone))
-        position = next_trial(self.pending, slot.graphs, held)
+        startable = self.forks.startable if self.forks else lambda _: True
+        position = next_trial(self.pending, slot.graphs, held, startable)
+        if position is None:
+            return None
         config = self.pending[position]
         del self.pending[position]
         slot.graphs.add(config.graph_id)
@@ -165,11 +182,13 @@ class Dispatcher:
         even when some actors start much faster than others)."""
         if not self.pending or slot.gone or slot.busy or not (slot.ready or before_ready):
             return
-        slot.busy = True
         config = self._take_for(slot)
+        if config is None:
+            return  # every queued trial waits for a snapshot; a finished prefix dispatches again
+        slot.busy = True
         self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
         hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
-        start = self.options.snapshots.get(config.start_from) if config.start_from else None
+        start = self.forks.snapshot_for(config) if self.forks else None
         self.in_flight[slot.actor.run.remote(config, self.options.workload_ref, hint, start)] = (slot, config)
 
     def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
@@ -179,6 +198,12 @@ class Dispatcher:
         )
 
     def _finish(self, result: TrialResult) -> None:
+        if self.forks is not None and self.forks.take(
+            result, self.committed, len(self.pending) + len(self.in_flight)
+        ):
+            for slot in self.slots:  # the trials this snapshot held back may start now
+                self._dispatch(slot)
+            return
         if self._early is not None:
             self._early.append(result)
             if len(self._early) < min(
@@ -275,7 +300,8 @@ class Dispatcher:
                     slot.deaths = 0
                 # the next trial first, the Parquet commit after: the actor trains while the
                 # driver writes (its seed's FP32 loss is known before the next trial is handed out)
-                self.baselines.add(result.config, result.final_loss)
+                if self.forks is None or not self.forks.is_prefix(config):
+                    self.baselines.add(result.config, result.final_loss)
                 self._last_live = time.monotonic()
                 self._dispatch(slot)
                 self._finish(result)

@@ -19,7 +19,7 @@ from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
 from ._lock import DriverLock
 from ._plan import SweepPlan
-from ._prefix import make_snapshots, object_refs
+from ._prefix import Forks
 from ._progress import SweepProgress
 from ._result import SweepResult
 from ._resume import check_same_sweep
@@ -82,7 +82,9 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
         )
 
 
-def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> SweepResult:
+def run_sweep(
+    plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig, snapshots: str | None = None
+) -> SweepResult:
     """Run every trial of ``plan`` that ``out`` does not already hold.
 
     The plan is validated already (``Sweep`` does that); this is the part that
@@ -94,7 +96,7 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
     import ray
 
     failure = run.failure or FailurePolicy()
-    store = SweepStore(out, plan.name)
+    store = SweepStore(out, plan.name, snapshots)
     check_same_sweep(store, resolved_yaml)
     lock = DriverLock(store)
     lock.check()
@@ -134,16 +136,17 @@ def run_sweep(plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig) -> 
             result.ran += 1
 
         options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
-        if any(t.start_from for t in pending):
-            # the FP32 prefixes first, on the same slots: their actors then take the trials
-            data = make_snapshots(
-                plan, pending, store, slots, options, run.progress, lock.beat, ClusterWatch(_own_node())
+        forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
+        if forks is not None and forks.runs:
+            print(
+                f"ampsweep: {len(forks.runs)} FP32 prefix runs of {forks.runs[0].steps:,} steps (one per seed); "
+                "each seed's trials start as soon as its snapshot is saved",
+                flush=True,
             )
-            options.snapshots = object_refs(data)
         with SweepProgress(len(plan), result.skipped, run.progress) as bar:
             baselines = store.baselines(plan.trials, done)
             dispatcher = Dispatcher(
-                slots[: len(pending)], pending, options, commit, bar, lock.beat, len(done), baselines
+                slots[: len(pending)], pending, options, commit, bar, lock.beat, len(done), baselines, forks
             )
             dispatcher.run(ClusterWatch(_own_node()))
     finally:

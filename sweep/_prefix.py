@@ -1,28 +1,24 @@
-"""Before the trials of a forked sweep: the snapshots they start from, made or found.
+"""The snapshots a forked sweep's trials start from: found, read, or made on the way.
 
 A ``{steps: N}`` snapshot that ``OUT/_snapshots/`` already holds (resume, or
-an earlier sweep with the same prefix) is read, not run again. Missing ones
-are FP32 prefix runs on the sweep's own actors, one per seed, in parallel;
-the actors stay up and take the trials next, with the FP32 graph already
-compiled. The user's checkpoint is read from its file. Every snapshot then
-goes into Ray's object store once, so a worker on any node gets its bytes
-with the trial that needs them.
+an earlier sweep with the same prefix) is read, not run again. A missing one
+is an FP32 prefix run that the dispatcher queues ahead of the trials, on the
+sweep's own actors. A seed's trials wait for their own snapshot only, not for
+every seed's: the first prefix to finish releases its trials while the others
+still run, so no actor idles behind the slowest prefix. The user's checkpoint
+is read from its file. Every snapshot goes into Ray's object store once, so a
+worker on any node gets its bytes with the trial that needs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ampsweep.jobs import TrialConfig, TrialResult
 
-from ._baselines import Baselines
-from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._errors import PrefixFailed
-from ._health import ClusterWatch
 from ._plan import SweepPlan
-from ._progress import SweepProgress
 from ._store import SweepStore
 
 
@@ -38,61 +34,56 @@ def _prefix_problem(result: TrialResult) -> str:
     )
 
 
-def make_snapshots(
-    plan: SweepPlan,
-    pending: list[TrialConfig],
-    store: SweepStore,
-    slots: list[Slot],
-    options: DispatchOptions,
-    progress: bool,
-    heartbeat: Callable[[list[str]], None],
-    watch: ClusterWatch,
-) -> dict[str, bytes]:
-    """The bytes of every snapshot ``pending`` starts from, running the missing prefixes."""
-    needed = sorted({t.start_from for t in pending if t.start_from})
-    found: dict[str, bytes] = {}
-    to_run: list[TrialConfig] = []
-    for snapshot in needed:
-        point = plan.starts[snapshot]
-        data = store.read_snapshot(snapshot)
-        if data is not None:
-            found[snapshot] = data
-        elif point.prefix is not None:
-            to_run.append(point.prefix)
-        else:
-            found[snapshot] = Path(str(point.checkpoint)).read_bytes()
-    if not to_run:
-        return found
-    by_prefix = {point.prefix.trial_id: sid for sid, point in plan.starts.items() if point.prefix is not None}
-    results: list[TrialResult] = []
-
-    def keep(result: TrialResult, attempts: int) -> None:
-        results.append(result)
-        if result.snapshot is not None:
-            store.write_snapshot(by_prefix[result.trial_id], result.snapshot)
-
-    print(
-        f"ampsweep: {len(to_run)} FP32 prefix runs of {to_run[0].steps:,} steps (one per seed) before the trials",
-        flush=True,
-    )
-    with SweepProgress(len(to_run), 0, progress) as bar:
-        dispatcher = Dispatcher(slots[: len(to_run)], to_run, options, keep, bar, heartbeat, 0, Baselines())
-        dispatcher.run(watch)
-    for result in results:
-        if result.snapshot is None:
-            raise PrefixFailed(_prefix_problem(result), 0, len(pending))
-        found[by_prefix[result.trial_id]] = result.snapshot
-    if dispatcher.pending:
-        raise PrefixFailed(
-            f"every worker died repeatedly during the FP32 prefix (last error: {dispatcher.last_error})",
-            0,
-            len(pending),
-        )
-    return found
-
-
-def object_refs(snapshots: dict[str, bytes]) -> dict[str, Any]:
-    """Each snapshot put into Ray's object store once: the trials pass the reference."""
+def _put(data: bytes) -> Any:
     import ray
 
-    return {snapshot: ray.put(data) for snapshot, data in snapshots.items()}
+    return ray.put(data)
+
+
+class Forks:
+    """Which trials may start, and the object-store reference of each snapshot they start from.
+
+    ``runs`` are the prefix runs still to make; the dispatcher runs them first and
+    hands each result to ``take``, which stores the snapshot and releases its trials.
+    """
+
+    def __init__(self, plan: SweepPlan, pending: list[TrialConfig], store: SweepStore) -> None:
+        self.store = store
+        #: snapshot id -> its bytes in Ray's object store
+        self.refs: dict[str, Any] = {}
+        #: prefix trial id -> the snapshot it makes
+        self._makes: dict[str, str] = {}
+        self.runs: list[TrialConfig] = []
+        for snapshot in sorted({t.start_from for t in pending if t.start_from}):
+            point = plan.starts[snapshot]
+            data = store.read_snapshot(snapshot)
+            if data is None and point.prefix is not None:
+                self._makes[point.prefix.trial_id] = snapshot
+                self.runs.append(point.prefix)
+                continue
+            self.refs[snapshot] = _put(data if data is not None else Path(str(point.checkpoint)).read_bytes())
+
+    def startable(self, config: TrialConfig) -> bool:
+        """A trial may start once its snapshot exists (a prefix run always may)."""
+        return not config.start_from or config.start_from in self.refs
+
+    def is_prefix(self, config: TrialConfig) -> bool:
+        return config.trial_id in self._makes
+
+    def snapshot_for(self, config: TrialConfig) -> Any:
+        return self.refs.get(config.start_from) if config.start_from else None
+
+    def take(self, result: TrialResult, committed: int, left: int) -> bool:
+        """Whether ``result`` is a prefix run's; if so its snapshot is stored and released.
+
+        A prefix that did not reach its step stops the sweep: there is no healthy
+        state for that seed's trials to fork from.
+        """
+        snapshot = self._makes.get(result.trial_id)
+        if snapshot is None:
+            return False
+        if result.snapshot is None:
+            raise PrefixFailed(_prefix_problem(result), committed, left)
+        self.store.write_snapshot(snapshot, result.snapshot)
+        self.refs[snapshot] = _put(result.snapshot)
+        return True

@@ -125,7 +125,7 @@ class AdaptiveSearch:
         starts = starts_of(planned, self.workload.starts)
         plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
         out = self.out if target is self.store else self.store.root
-        self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config))
+        self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config, self.store.snapshot_folder))
 
     def _evidence(self, store: SweepStore, trials: list[TrialConfig]) -> list[SeedEvidence]:
         """Each seed's verdict (the analysis' own, the one the report prints) and localized Cell."""

@@ -43,10 +43,13 @@ def open_filesystem(out: str) -> tuple[pafs.FileSystem, str]:
 class SweepStore:
     """The folder ``OUT/<sweep-name>/`` of one sweep; only the driver writes it."""
 
-    def __init__(self, out: str, name: str) -> None:
+    def __init__(self, out: str, name: str, snapshots: str | None = None) -> None:
         self.fs, base = open_filesystem(out)
         self.name = name
         self.root = f"{base.rstrip('/')}/{name}"
+        #: ``OUT/_snapshots``, shared by every sweep in OUT; a nested folder (the search's
+        #: confirmation round) passes its parent's, so it forks from the same snapshots
+        self.snapshot_folder = snapshots or f"{base.rstrip('/')}/{SNAPSHOT_FOLDER}"
 
     @classmethod
     def at(cls, location: str) -> SweepStore:
@@ -55,6 +58,7 @@ class SweepStore:
         root = root.rstrip("/")
         store = cls.__new__(cls)
         store.fs, store.root, store.name = fs, root, root.rpartition("/")[2]
+        store.snapshot_folder = f"{root.rpartition('/')[0]}/{SNAPSHOT_FOLDER}"
         return store
 
     def exists(self, relative: str) -> bool:
@@ -93,7 +97,7 @@ class SweepStore:
 
     def snapshot_path(self, snapshot: str) -> str:
         """Where a snapshot lives: ``OUT/_snapshots/<id>.ckpt``, beside (not inside) the sweep folder."""
-        return f"{self.root.rpartition('/')[0]}/{SNAPSHOT_FOLDER}/{snapshot}.ckpt"
+        return f"{self.snapshot_folder}/{snapshot}.ckpt"
 
     def read_snapshot(self, snapshot: str) -> bytes | None:
         path = self.snapshot_path(snapshot)

@@ -38,3 +38,24 @@ def test_fp32_trials_are_never_passed_over_for_a_mixed_precision_graph():
     # the actor holds the O2 graph, another holds O0: it still runs an FP32 trial next
     own, held = {queue[2].graph_id}, {queue[0].graph_id}
     assert next_trial(queue, own, held) == 0
+
+
+def test_a_trial_whose_snapshot_is_not_made_yet_is_passed_over():
+    # seed 0's snapshot exists, seed 1's prefix still runs: seed 0's trials go ahead
+    queue = _queue(("O0", (), 1), ("O0", (), 0), ("O2", (), 1), ("O2", (), 0))
+    ready = {0}
+    position = next_trial(queue, own={queue[0].graph_id}, held=set(), startable=lambda t: t.seed in ready)
+    assert position is not None and queue[position].seed == 0 and queue[position].amp_level == "O0"
+
+
+def test_no_trial_when_every_queued_trial_waits_for_its_snapshot():
+    queue = _queue(("O0", (), 1), ("O2", (), 1))
+    assert next_trial(queue, own=set(), held=set(), startable=lambda t: False) is None
+
+
+def test_fp32_first_among_the_trials_that_may_start():
+    # the only startable FP32 trial is behind blocked ones; it still runs before any O2 trial
+    queue = _queue(("O0", (), 1), ("O0", (), 0), ("O2", (), 0))
+    own = {queue[2].graph_id}
+    position = next_trial(queue, own, held=set(), startable=lambda t: t.seed == 0)
+    assert position is not None and queue[position].amp_level == "O0" and queue[position].seed == 0

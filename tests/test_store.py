@@ -175,3 +175,15 @@ def test_store_accepts_a_file_uri(tmp_path):
     store.commit(record)
     assert (tmp_path / "s" / "trials" / f"{record.trial_id}.parquet").is_file()
     assert isinstance(ds.dataset(tmp_path / "s" / "trials").to_table(), pa.Table)
+
+
+def test_a_nested_sweep_folder_forks_from_the_snapshots_of_its_parent(tmp_path):
+    # the adaptive search's confirmation round lives in OUT/<name>/confirm and reuses OUT/_snapshots
+    from ampsweep.sweep._store import SweepStore
+
+    top = SweepStore(str(tmp_path), "search")
+    top.write_snapshot("prefix-abc", b"state")
+    nested = SweepStore(top.root, "confirm", top.snapshot_folder)
+    assert nested.read_snapshot("prefix-abc") == b"state"
+    assert SweepStore(top.root, "confirm").read_snapshot("prefix-abc") is None
+    assert (tmp_path / "_snapshots" / "prefix-abc.ckpt").read_bytes() == b"state"
