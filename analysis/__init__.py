@@ -12,7 +12,7 @@ only their own output. The public surface::
 
     a = analyze("out/my-sweep")      # Analysis: ranking, one Recommendation per device kind
     a.report()                       # report.md, report.html, recommendation.json, ranking.csv
-    a.terminal(top=5)                # the table the CLI prints
+    a.terminal(top=5)                # the table the CLI prints (render_terminal: answer + table)
 
 ``write_report(path)`` does both steps at once; ``render_markdown`` and
 ``render_html`` return one file's text without writing it.
@@ -31,7 +31,7 @@ from ._public import Analysis, analyze, top_configs
 from ._recommendation import SCHEMA as RECOMMENDATION_SCHEMA
 from ._recommendation import recommendation_json
 from ._scores import trial_scores, trial_verdicts
-from ._terminal import terminal_table
+from ._terminal import render_terminal, terminal_table
 from ._writer import write_report
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "recommendation_json",
     "render_html",
     "render_markdown",
+    "render_terminal",
     "snippets",
     "terminal_table",
     "top_configs",

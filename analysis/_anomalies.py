@@ -10,6 +10,7 @@ on (cell, class, phase, kind) are reported once.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,9 @@ def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str =
                 zero_fraction=_median(group["zero_fraction"]),
                 note=_text(group["note"].iloc[0]),
                 config_id=config_id,
+                inner_op=_text(group["inner_op"].iloc[0]) if "inner_op" in group else "",
+                input_max_abs=_median(group["input_max_abs"]) if "input_max_abs" in group else None,
+                inner_max_abs=_median(group["inner_max_abs"]) if "inner_max_abs" in group else None,
             )
         )
     return sorted(out, key=lambda loc: (-loc.n_trials, loc.cell))
@@ -105,14 +109,65 @@ def _seeds(seeds: tuple[object, ...]) -> str:
     return f"seed{'s' if len(seeds) != 1 else ''} {shown}"
 
 
+FLOAT16_MAX = 65504.0
+#: A non-finite output whose finite part stays below this share of float16's
+#: maximum did not overflow at the output: something inside the Cell did.
+BOUNDED_SHARE = 0.5
+#: Inner primitives and the input beyond which they overflow float16, in words.
+OVERFLOW_LIMITS = {
+    "exp": (math.log(FLOAT16_MAX), "ln 65504"),
+    "square": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
+    "pow": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
+    "mul": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
+}
+
+
+def overflowed_inside(loc: Localization) -> bool:
+    """A forward non-finite output whose finite values stay bounded: the overflow was inside the Cell."""
+    if loc.kind != "nonfinite" or loc.phase != "forward":
+        return False
+    if loc.inner_op:
+        return True
+    return loc.max_abs is not None and loc.max_abs < BOUNDED_SHARE * FLOAT16_MAX
+
+
+def inner_sentence(loc: Localization, where: str = "") -> str:
+    """'the `exp` inside ExpSoftmax overflowed float16 (input max 11.3 > ln 65504)', or the plain fallback.
+
+    ``where`` names the Cell (default: its class, else its name).
+    """
+    dtype = _dtype(loc.output_dtype or loc.input_dtype)
+    where = where or loc.cell_class or loc.cell
+    if loc.inner_op:
+        text = f"the `{loc.inner_op}` inside {where} overflowed {dtype}"
+        limit = OVERFLOW_LIMITS.get(loc.inner_op.lower())
+        if loc.inner_max_abs is not None:
+            if limit is not None and loc.inner_max_abs > limit[0]:
+                text += f" (input max {_num(loc.inner_max_abs)} > {limit[1]})"
+            else:
+                text += f" (input max {_num(loc.inner_max_abs)})"
+        return text
+    inputs = "" if loc.input_max_abs is None else f", input max|x| {_num(loc.input_max_abs)}"
+    return (
+        f"the overflow happened inside {where}: its output went NaN while its finite values stayed at "
+        f"max|x| {_num(loc.max_abs)} (FP32 {_num(loc.fp32_max_abs)}{inputs})"
+    )
+
+
 def localization_phrase(loc: Localization) -> str:
-    """'norm1 (CustomNorm), forward, float16 max|x| 6.5e+04 vs FP32 3.1e+02, seeds 0,1,2'."""
+    """'norm1 (CustomNorm), forward, float16 max|x| 6.5e4 vs FP32 310, seeds 0,1,2'.
+
+    When the Cell's output stayed bounded the phrase says what overflowed
+    inside it instead: comparing output maxima would say nothing there.
+    """
     head = f"{loc.cell} ({loc.cell_class}), {loc.phase}" if loc.cell_class else f"{loc.cell}, {loc.phase}"
     if loc.kind == "departure":
         bits = [f"departs from FP32 (relative error {_num(loc.rel_error)}"]
         if loc.zero_fraction is not None and loc.zero_fraction > 0:
             bits.append(f", {loc.zero_fraction * 100:.0f} % zeros")
         evidence = "".join(bits) + ")"
+    elif overflowed_inside(loc):
+        evidence = inner_sentence(loc)
     else:
         evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)} vs FP32 {_num(loc.fp32_max_abs)}"
     return f"{head}, {evidence}, {_seeds(loc.seeds)}"

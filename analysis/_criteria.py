@@ -137,6 +137,13 @@ def _speed_text(row: Row) -> str:
     return "unknown" if math.isinf(value) else f"{value:.2f}x FP32"
 
 
+def _broke_text(row: Row) -> str:
+    value = _finite_or_inf(row["first_nonfinite_step_median"])
+    if math.isinf(value):
+        return "failed (no NaN step)" if row.get("n_failed") else "no NaN"
+    return f"NaN at ~{value:,.0f}"
+
+
 CRITERIA: tuple[Criterion, ...] = (
     Criterion(
         "tier",
@@ -158,6 +165,17 @@ CRITERIA: tuple[Criterion, ...] = (
         "divergence_rate",
         rule="Fewer diverged or failed seeds.",
         show=lambda r: cls.pct(float(r["divergence_rate"])),
+    ),
+    Criterion(
+        "broke_at",
+        "where it broke",
+        "first_nonfinite_step_median",
+        rule=(
+            "Among configurations with a diverged seed: a later first non-finite step (median over the seeds "
+            "that diverged) first. Their losses before the NaN are not convergence, so they never decide."
+        ),
+        show=_broke_text,
+        higher_is_better=True,
     ),
     Criterion(
         "clip_class",

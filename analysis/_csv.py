@@ -1,4 +1,9 @@
-"""``report/ranking.csv``: every configuration, fixed columns (stable for scripts)."""
+"""``report/ranking.csv``: every configuration, fixed columns (stable for scripts).
+
+A configuration with a diverged or failed seed has empty convergence columns
+(``steps_to_target_*``, ``final_loss_*``) and says where it broke in
+``broke_at``: its losses before the NaN are not a converged run's.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ RANKING_COLUMNS = (
     "recommended",
     "baseline",
     "stability",
+    "label",
     *CONFIG_KEYS,
     "n_seeds",
     "n_trials",
@@ -21,6 +27,7 @@ RANKING_COLUMNS = (
     "n_failed",
     "divergence_rate",
     "first_nonfinite_step_median",
+    "broke_at",
     "clip_label",
     "clip_rate_median",
     "clip_rate_min",
@@ -47,6 +54,7 @@ RANKING_COLUMNS = (
     "tied_on",
     "decided_by",
     "phrase",
+    "reason",
     "rule",
 )
 

@@ -21,6 +21,7 @@ import pandas as pd
 from ampsweep.contracts import FP32_LEVEL
 
 from . import _classes as cls
+from ._answer import answer_lines
 from ._classes import num
 from ._code import snippets
 from ._criteria import BY_NAME, RankContext
@@ -363,12 +364,15 @@ def kind_recommendation(
     """
     kind = str(ranking["device_kind"].iloc[0]) if len(ranking) else ""
     if ranking.empty:
-        return Recommendation(
+        rec = Recommendation(
             device_kind=kind,
             status=STATUS_NO_TRIALS,
             headline="Nothing to recommend: no committed trial could be ranked.",
         )
-    recommended = ranking[ranking["recommended"]]
-    if recommended.empty:
-        return _no_stable(ranking, scores, kind)
-    return _recommended(ranking, scores, recommended.iloc[0], kind, ctx or RankContext(), placement)
+    elif not ranking["recommended"].any():
+        rec = _no_stable(ranking, scores, kind)
+    else:
+        best = ranking[ranking["recommended"]].iloc[0]
+        rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), placement)
+    rec.answer = answer_lines(rec, ranking, len(scores), placement)
+    return rec

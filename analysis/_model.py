@@ -55,6 +55,13 @@ class Localization:
     zero_fraction: float | None
     note: str = ""
     config_id: str = ""
+    #: what overflowed inside the Cell when its output stayed bounded (e.g. the
+    #: ``exp`` before a division), from the replay; "" when not seen
+    inner_op: str = ""
+    #: largest |x| of the Cell's inputs in that replay step (under the trial's policy)
+    input_max_abs: float | None = None
+    #: largest finite |x| of what overflowed inside (the inner primitive's input)
+    inner_max_abs: float | None = None
 
 
 @dataclass
@@ -90,6 +97,10 @@ class Recommendation:
     loss_placement: str | None = None
     #: one-sentence notes, e.g. a class that already computes in float32
     notes: list[str] = field(default_factory=list)
+    #: the first lines a person sees (terminal, report): the change in a few words
+    #: ("Use O2, keep ExpSoftmax in FP32, clip 1.0"), why (the localized Cell, in a
+    #: sentence), and how sure (seeds, trials); see :mod:`analysis._answer`
+    answer: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:

@@ -67,6 +67,7 @@ def row_facts(row: pd.Series) -> dict[str, Any]:
     """The numbers of a ranking row that evidence entries repeat."""
     return {
         "config_id": row["config_id"],
+        "label": row.get("label", ""),
         "config": config_dict(row),
         "rank": int(row["rank"]),
         "stability": row["stability"],
@@ -76,6 +77,7 @@ def row_facts(row: pd.Series) -> dict[str, Any]:
         "n_diverged": int(row["n_diverged"]),
         "n_failed": int(row["n_failed"]),
         "first_nonfinite_step_median": row["first_nonfinite_step_median"],
+        "broke_at": row.get("broke_at", ""),
         "clip_rate_median": row["clip_rate_median"],
         "steps_to_target_median": row["steps_to_target_median"],
         "final_loss_median": row["final_loss_median"],

@@ -27,6 +27,7 @@ from ._anomalies import localizations_phrase
 from ._classes import clip_text, pct
 from ._configs import CONFIG_KEYS
 from ._criteria import FIRST, RankContext, adopt_position, order_paths, placement, ties_above_minimal
+from ._labels import hide_broken_scores, label_columns
 from ._load import black_list_label
 from ._model import Fp32Reference
 
@@ -203,8 +204,8 @@ def rank_configs(
     """
     ctx = ctx or RankContext()
     if configs.empty:
-        return configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[])
-    frame, paths = ordered(_classify(configs, reference), ctx)
+        return label_columns(configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[]))
+    frame, paths = ordered(hide_broken_scores(_classify(configs, reference)), ctx)
     frame["rank"] = np.arange(1, len(frame) + 1)
     any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
     frame["recommended"] = False
@@ -227,7 +228,7 @@ def rank_configs(
             place_text = place.phrase
         rules.append(f"{text}; {place_text}")
     frame["rule"] = rules
-    return frame
+    return label_columns(frame)
 
 
 def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:

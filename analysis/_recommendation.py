@@ -44,7 +44,8 @@ Schema ``ampsweep.recommendation/1``::
       "code": Code | null,                # the recommended config; the FP32 fallback when none is stable
       "localization": Localization | null,   # the Cell that goes wrong without the change (anomalies)
       "loss_placement": str | null,       # of the recommended trials, when the trials recorded it
-      "notes": [str]                      # one-sentence notes, e.g. a class that already computes in float32
+      "notes": [str],                     # one-sentence notes, e.g. a class that already computes in float32
+      "answer": [str]                     # the first lines of every output: the change, why, how sure
     }
 
     Localization = {"kind": "nonfinite" | "departure", "cell": str, "cell_class": str,
@@ -52,7 +53,11 @@ Schema ``ampsweep.recommendation/1``::
                     "n_trials": int, "replay_step": float | null, "input_dtype": str, "output_dtype": str,
                     "max_abs": float | null, "fp32_max_abs": float | null,   # max |x| under the policy / FP32
                     "rel_error": float | null, "zero_fraction": float | null, "note": str,
-                    "config_id": str, "text": str}   # the configuration it was seen in; the sentence
+                    "config_id": str,                # the configuration it was seen in
+                    "inner_op": str,                 # what overflowed inside the Cell ("exp"), "" if not seen
+                    "input_max_abs": float | null,   # max |x| of the Cell's inputs in the replay
+                    "inner_max_abs": float | null,   # max |x| of the inner primitive's input
+                    "text": str}                     # the sentence
 
     Config = {"amp_level": "O0"|"O1"|"O2"|"O3", "black_list": [str],   # class names kept in float32
               "clip": float | null,                                     # global-norm threshold; null = off
@@ -82,10 +87,13 @@ Schema ``ampsweep.recommendation/1``::
     Evidence (no_stable_config) = {"closest": Row & {"rule", "text"} | null, "fp32": Row | null,
                                    "statements": [str]}
 
-    Row = {"config_id": str, "config": Config, "rank": int, "stability": str, "clip_label": str,
+    Row = {"config_id": str, "label": str,   # label: "FP32" for O0, "O2 · FP32: ExpSoftmax · clip 1.0"
+           "config": Config, "rank": int, "stability": str, "clip_label": str,
            "n_trials", "n_seeds", "n_diverged", "n_failed": int,
            "first_nonfinite_step_median", "clip_rate_median", "steps_to_target_median",
-           "final_loss_median", "speed_vs_fp32_median": float | null}
+           "final_loss_median", "speed_vs_fp32_median": float | null,
+           "broke_at": str}                   # "NaN at ~1,367" when a seed diverged (then steps to
+                                               # target and final loss are null), else ""
 """
 
 from __future__ import annotations
@@ -128,6 +136,7 @@ def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
             "localization": loc,
             "loss_placement": rec.loss_placement,
             "notes": rec.notes,
+            "answer": list(rec.answer),
         }
     )
 

@@ -25,14 +25,8 @@ from ._steps import SPIKE_FACTOR, SPIKE_WINDOW
 
 RANKING_HEADERS = (
     "#",
-    "AMP",
-    "black list",
-    "clip",
-    "loss scale",
-    "dtype",
-    "device",
+    "configuration",
     "seeds",
-    "diverged",
     "clip rate",
     "steps to target",
     "final loss",
@@ -47,7 +41,12 @@ def _num(value: float, digits: str = ".3g") -> str:
 
 
 def ranking_table(ranking: pd.DataFrame) -> Table:
-    """One row per configuration; the rank says when it is tied with the row above."""
+    """One row per configuration; the rank says when it is tied with the row above.
+
+    The configuration is its honest label (``label``: "FP32" for O0), and a
+    configuration with a diverged seed shows where it broke in place of its
+    convergence figures (``broke_at``; :mod:`analysis._labels`).
+    """
     rows, roles = [], []
     for r in ranking.to_dict("records"):
         flag = " (recommended)" if r["recommended"] else (" (FP32 baseline)" if r["baseline"] else "")
@@ -55,20 +54,18 @@ def ranking_table(ranking: pd.DataFrame) -> Table:
         what = str(r["rule"])
         if what.endswith(str(r["phrase"])):
             what = what[: -len(str(r["phrase"]))].rstrip("; ")
+        if r.get("broke_at"):
+            to_target, final = str(r["broke_at"]), "-"
+        else:
+            to_target, final = _num(r["steps_to_target_median"], ".0f"), _num(r["final_loss_median"])
         rows.append(
             (
                 f"{r['rank']}{tied}{flag}",
-                str(r["amp_level"]),
-                str(r["black_list_key"]),
-                clip_text(r["clip"]),
-                str(r["loss_scale"]),
-                str(r["dtype"]),
-                str(r["device_kind"]),
-                str(r["n_trials"]),
-                f"{r['n_diverged'] + r['n_failed']}/{r['n_trials']}",
+                str(r["label"]),
+                str(r["outcome_text"]),
                 "-" if pd.isna(r["clip_rate_median"]) else f"{r['clip_rate_median'] * 100:.0f} %",
-                _num(r["steps_to_target_median"], ".0f"),
-                _num(r["final_loss_median"]),
+                to_target,
+                final,
                 "-" if pd.isna(r["speed_vs_fp32_median"]) else f"{r['speed_vs_fp32_median']:.2f}x",
                 str(r["phrase"]),
                 what,
@@ -234,10 +231,15 @@ def _answer(kind: KindAnalysis, index: int, suffix: str) -> Section:
     if rec.status == STATUS_NO_TRIALS:
         section.blocks.append(Paragraph(rec.headline, role="verdict none"))
         return section
+    # the answer lines first (the change, why, how sure), then the answer in full
+    lines = rec.answer or (rec.headline,)
+    role = "verdict" if rec.status == STATUS_RECOMMENDED else "verdict none"
+    section.blocks.append(Paragraph(lines[0], role=role))
+    section.blocks += [Paragraph(line) for line in lines[1:]]
     if rec.status == STATUS_RECOMMENDED:
-        section.blocks.append(Paragraph(rec.headline, role="verdict"))
+        section.blocks.append(Paragraph(rec.headline, lead="In full:"))
     else:
-        section.blocks.append(Paragraph(rec.detail, lead=rec.headline, role="verdict none"))
+        section.blocks.append(Paragraph(rec.detail, lead=rec.headline))
     for block in (_localized(rec),):
         if block is not None:
             section.blocks.append(block)

@@ -100,14 +100,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_top(sweep_dir: Path, top: int) -> None:
-    """Write the report and print its top rows as a table that fits a terminal."""
-    from rich.console import Console
-
-    from ampsweep.analysis import analyze, terminal_table, write_report
+    """Write the report and print the answer first, then its top rows, fitting the terminal (100 when piped)."""
+    from ampsweep.analysis import analyze, render_terminal, write_report
 
     result = analyze(sweep_dir)
     report = write_report(sweep_dir, analysis=result)
-    Console(width=max(140, Console().width)).print(terminal_table(result, top, report))
+    sys.stdout.write(render_terminal(result, top, report))
+    sys.stdout.flush()
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -131,15 +130,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # a lost cluster can make Ray's own exit handlers wait forever: leave now
         os._exit(stop.exit_code)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
-    print(
-        f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
-    )
+    done = f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     if not result.is_local:
+        print(done)
         print(
             f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
     else:
+        # the answer first, then the table; what ran is a footnote
         while_ray_stops(lambda: _print_top(Path(result.root), args.top))
+        print(done)
     return 0
 
 

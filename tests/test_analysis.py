@@ -293,7 +293,8 @@ def test_rules_explain_placement(ranked: analysis.SweepAnalysis) -> None:
         "localized to norm1 (CustomNorm), forward, float16 max|x| 6.55e4 vs FP32 310, seeds 0,1,2" in rules[5]
     )
     assert "failed on 3/3 seeds (RuntimeError: Out of memory on device 0)" in rules[6]
-    assert "below #5 on speed vs FP32: unknown vs 2.00x FP32" in rules[6]
+    # broken configurations are ordered by where they broke, never by their losses before the NaN
+    assert "below #5 on where it broke: failed (no NaN step) vs NaN at ~50" in rules[6]
     phrases = dict(zip(ranked.ranking["rank"], ranked.ranking["phrase"]))
     assert phrases[1] == "ranked first" and rules[6].endswith(phrases[6])
     assert list(ranked.ranking["decided_by"])[1:3] == ["clip_class", "tier"]
@@ -693,8 +694,11 @@ def test_recommendation_json_schema(tmp_path: Path) -> None:
     build_evidence_sweep(tmp_path)
     analysis.write_report(tmp_path)
     raw = (tmp_path / "report" / "recommendation.json").read_text()
-    assert "NaN" not in raw and "Infinity" not in raw
-    doc = json.loads(raw)
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON (text such as 'NaN at ~50' is fine)")
+
+    doc = json.loads(raw, parse_constant=no_constant)
     assert list(doc) == [
         "schema",
         "sweep",
