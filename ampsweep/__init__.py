@@ -42,6 +42,7 @@ _PUBLIC: dict[str, str] = {
     "SweepPlan": "ampsweep.sweep",
     "Workload": "ampsweep.jobs",
     "TrialConfig": "ampsweep.jobs",
+    "Watch": "ampsweep.jobs._watch",
     "Outcome": "ampsweep.contracts",
     "Verdict": "ampsweep.contracts",
     "trial_verdict": "ampsweep.contracts",
@@ -66,6 +67,7 @@ __all__ = [
     "SweepSpec",
     "TrialConfig",
     "Verdict",
+    "Watch",
     "Workload",
     "analyze",
     "configuration_verdict",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from ampsweep.analysis import Analysis, SweepAnalysis, analyze, write_report
     from ampsweep.contracts import Outcome, Verdict, configuration_verdict, trial_verdict
     from ampsweep.jobs import TrialConfig, Workload
+    from ampsweep.jobs._watch import Watch
     from ampsweep.sweep import (
         FailurePolicy,
         Grid,

@@ -1,0 +1,168 @@
+"""What ``Watch`` keeps while the user's training is healthy: a ring of snapshots, and the AMP policy.
+
+A snapshot is the file ``ModelCheckpoint`` writes during ``Model.train``: the
+network's parameters and the optimizer's state (Adam's moments,
+``beta1_power``, ``global_step``, ...) under their plain names, so the
+sweep's ``start_from: {checkpoint: PATH}`` loader (``jobs._snapshot``) reads it
+as it reads the user's own checkpoint. Only the last ``keep`` are kept: the
+one that matters is the last healthy one before the failure, and a second
+one covers a snapshot taken on the very step whose weights already broke.
+
+The AMP policy in use (level, dtype, loss scale) is read off the cast network
+itself, because neither ``Model`` nor ``amp.auto_mixed_precision`` record it
+anywhere a callback can see.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SNAPSHOT_FOLDER = "snapshots"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot file and the global step it was taken at (after that many steps)."""
+
+    path: Path
+    step: int
+
+
+def named_state(network: Any, optimizer: Any | None) -> dict[str, Any]:
+    """Network parameters, then the optimizer's own state, by ``Parameter.name`` (no duplicates).
+
+    The optimizer holds the network's parameters too; taking names once gives
+    the same entries ``ModelCheckpoint`` saves from a ``TrainOneStepCell``.
+    """
+    state = {param.name: param for param in network.get_parameters()}
+    if optimizer is not None:
+        for param in optimizer.get_parameters():
+            state.setdefault(param.name, param)
+    return state
+
+
+class SnapshotRing:
+    """The last ``keep`` snapshots under ``OUT/snapshots/``, oldest deleted first.
+
+    Only files this ring wrote are ever deleted: a snapshot from an earlier run
+    in the same folder, that an earlier ``spec.yaml`` may name, is left alone.
+    """
+
+    def __init__(self, out: Path, keep: int) -> None:
+        self.folder = out / SNAPSHOT_FOLDER
+        self.keep = keep
+        self.snapshots: list[Snapshot] = []
+
+    def save(self, step: int, network: Any, optimizer: Any | None) -> Snapshot:
+        """Write the state after ``step`` steps; the oldest beyond ``keep`` goes."""
+        import mindspore as ms
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"step-{step}.ckpt"
+        entries = [{"name": name, "data": param} for name, param in named_state(network, optimizer).items()]
+        ms.save_checkpoint(entries, str(path))
+        self.snapshots = [s for s in self.snapshots if s.path != path]
+        self.snapshots.append(Snapshot(path, step))
+        while len(self.snapshots) > self.keep:
+            old = self.snapshots.pop(0)
+            try:
+                os.remove(old.path)
+            except FileNotFoundError:
+                pass
+        return self.snapshots[-1]
+
+    def last_healthy(self, before: int) -> Snapshot | None:
+        """The newest snapshot taken at or before step ``before`` whose values are all finite.
+
+        A snapshot taken right after a step whose gradients overflowed while
+        its loss stayed finite already holds inf/NaN weights; the older one
+        is the start then.
+        """
+        import mindspore as ms
+
+        for snapshot in reversed(self.snapshots):
+            if snapshot.step > before or not snapshot.path.is_file():
+                continue
+            params = ms.load_checkpoint(str(snapshot.path))
+            if all(_finite(value) for value in params.values()):
+                return snapshot
+        return None
+
+
+def _finite(value: Any) -> bool:
+    array = np.asarray(value.asnumpy())
+    return not np.issubdtype(array.dtype, np.floating) or bool(np.isfinite(array).all())
+
+
+# --- the AMP policy the user's network runs under ------------------------------------------------
+
+#: mindspore's ``MixedPrecisionType`` names -> the spec's dtype
+_DTYPES = {"FP16": "float16", "BF16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The AMP level, dtype and loss scale of the user's training, in the spec's words."""
+
+    amp_level: str
+    dtype: str = "float16"
+    loss_scale: str = "none"
+
+
+def detect_policy(network: Any, loss_scale: str = "none") -> Policy:
+    """The AMP level a cast network runs under, read off its Cells.
+
+    ``amp.auto_mixed_precision`` and ``Model(amp_level=...)`` mark the Cells
+    they cast: under O2 and O3 the root is float16 (or bfloat16); O2 wraps the
+    Cells of its black list (``LayerNorm``, ``BatchNorm``...) to run in float32,
+    O3 does not; O1 rewrites every Cell class into a ``...Opt`` twin and marks
+    nothing. A float16 network that has none of O2's black-listed Cells
+    computes the same under O2 and O3: it is reported as O2.
+    """
+    marks = {type(cell).__name__: _mark(cell) for _, cell in network.cells_and_names()}
+    cast = [mark for mark in marks.values() if mark in _DTYPES]
+    if cast:
+        dtype = _DTYPES[cast[0]]
+        kept = any(mark == "FP32" for mark in marks.values()) or "_OutputTo16" in marks
+        if kept:
+            return Policy("O2", dtype, loss_scale)
+        black = set(_o2_black_list())
+        return Policy("O3" if black & set(marks) else "O2", dtype, loss_scale)
+    if any(name.endswith("Opt") or "Opt_" in name for name in marks):
+        return Policy("O1", "float16", loss_scale)
+    return Policy("O0", "float16", loss_scale)
+
+
+def _mark(cell: Any) -> str:
+    getter = getattr(cell, "get_mixed_precision_type", None)
+    return getter().name if getter is not None else "NOTSET"
+
+
+def _o2_black_list() -> list[str]:
+    from mindspore import amp
+
+    try:
+        return [cls.__name__ for cls in amp.get_black_list()]
+    except Exception:  # noqa: BLE001 - an older MindSpore: the classes O2 has always kept
+        return ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm"]
+
+
+def loss_scale_of(manager: Any) -> str:
+    """The spec's ``loss_scale`` for a ``Model``'s loss-scale manager (``none`` without one)."""
+    if manager is None:
+        return "none"
+    name = type(manager).__name__
+    try:
+        scale = float(manager.get_loss_scale())
+    except Exception:  # noqa: BLE001 - a manager of the user's own: its kind is enough
+        scale = None
+    if name.startswith("Dynamic"):
+        return "dynamic" if scale is None else f"dynamic:{scale:g}"
+    if scale is None or scale == 1.0:
+        return "none"
+    return f"static:{scale:g}"
