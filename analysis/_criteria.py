@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampsweep.contracts import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, TARGET_FROM_FP32, TARGET_WINDOW
+from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW
 
 from . import _classes as cls
 from ._steps import FINAL_FRACTION
@@ -152,9 +152,8 @@ CRITERIA: tuple[Criterion, ...] = (
         rule=(
             "Stable mixed precision (every seed completed and learns like FP32) first, then the FP32 baseline "
             "(O0, never recommended while a stable mixed-precision configuration exists), then silent failures "
-            "(finite on every seed, but some seed learns clearly worse than its FP32 run: final loss > "
-            f"{SILENT_LOSS_FACTOR:g} x FP32 + {SILENT_LOSS_MARGIN:g}, or never reaching the target while FP32 "
-            "does), then configurations with diverged or failed seeds. The adaptive search judges its probes "
+            f"(finite on every seed, but some seed learns clearly worse than its FP32 run: {SILENT_RULE}), "
+            "then configurations with diverged or failed seeds. The adaptive search judges its probes "
             "by the same verdict."
         ),
         show=lambda r: f"'{r['stability']}'",

@@ -95,6 +95,21 @@ def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
     return pd.Series(out, index=trials.index, dtype="float64")
 
 
+def _fp32_spread(trials: pd.DataFrame, final: pd.Series, start: pd.Series) -> pd.Series:
+    """The FP32 seeds' seed noise per trial: how far their final losses lie apart, as a share
+    of FP32's median decrease, for the same workload and device kind (0 with fewer than two seeds)."""
+    ref = trials["reference"] & np.isfinite(final) & np.isfinite(start)
+    keys = [trials.loc[ref, "workload"], trials.loc[ref, "device_kind"]]
+    groups = pd.DataFrame({"final": final[ref], "start": start[ref]}).groupby(keys, dropna=False)
+    spread: dict[object, float] = {}
+    for key, group in groups:
+        decrease = float(group["start"].median() - group["final"].median())
+        if len(group) > 1 and decrease > 0:
+            spread[key] = float(group["final"].max() - group["final"].min()) / decrease
+    out = [spread.get((w, k), 0.0) for w, k in zip(trials["workload"], trials["device_kind"])]
+    return pd.Series(out, index=trials.index, dtype="float64")
+
+
 def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     """Prefer the figure recomputed from steps; fall back to the trainer's own."""
     return steps["final_loss_steps"].fillna(trials["final_loss"])
@@ -120,6 +135,8 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     steps = aggregate_steps(sweep_dir, phase1)
     steps = steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
     baseline_final = _baseline_finals(trials, _final_loss(trials, steps))
+    baseline_start = _baseline_finals(trials, steps["start_loss_steps"])
+    spread = _fp32_spread(trials, _final_loss(trials, steps), steps["start_loss_steps"])
 
     derived = TARGET_FROM_FP32 * baseline_final
     target = given.where(given.notna(), derived)
@@ -147,6 +164,8 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
         scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(steps["median_step_ms"] > 0)
     scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
     scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
+    scores["fp32_start"] = baseline_start
+    scores["fp32_spread"] = spread
     verdicts = _verdicts(scores, baseline_final)
     scores["verdict"] = [v.verdict.value for v in verdicts]
     scores["verdict_reason"] = [v.reason for v in verdicts]
@@ -171,26 +190,34 @@ def _fp32_reached(scores: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=scores.index, dtype="object")
 
 
+def _number(value: object) -> float | None:
+    return None if pd.isna(value) else float(value)  # type: ignore[arg-type]
+
+
 def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerdict]:
     """Each trial's verdict (``ampsweep.contracts.trial_verdict``) against its seed's FP32 run."""
     fp32_reached = _fp32_reached(scores)
     out = []
-    for outcome, final, to_target, target, fp32_final, reached in zip(
+    for outcome, final, start, to_target, target, fp32_final, fp32_start, spread, reached in zip(
         scores["outcome"],
         scores["final"],
+        scores["start_loss_steps"],
         scores["steps_to_target"],
         scores["target"],
         baseline_final,
+        scores["fp32_start"],
+        scores["fp32_spread"],
         fp32_reached,
     ):
         trial = LearningEvidence(
-            final_loss=None if pd.isna(final) else float(final),
+            final_loss=_number(final),
             reached_target=None if pd.isna(target) else bool(pd.notna(to_target)),
+            start_loss=_number(start),
         )
         fp32 = (
             None
             if pd.isna(fp32_final) and reached is None
-            else LearningEvidence(None if pd.isna(fp32_final) else float(fp32_final), reached)
+            else LearningEvidence(_number(fp32_final), reached, _number(fp32_start), float(spread))
         )
         out.append(trial_verdict(outcome, trial, fp32))
     return out

@@ -76,6 +76,7 @@ STEP_SCORE_COLUMNS = (
     "loss_spikes",
     "steps_to_target",
     "final_loss_steps",
+    "start_loss_steps",
     "median_step_ms",
     "median_grad_norm",
     "p90_grad_norm",
@@ -105,6 +106,10 @@ class TrialAccumulator:
         self._to_target: int | None = None
         self._final_sum = 0.0
         self._final_n = 0
+        # the first rows, as many as the final loss averages: where the trial started from
+        self._start_rows = final_loss_rows(n_rows)
+        self._start_sum = 0.0
+        self._start_n = 0
         self._spike_prev = np.empty(0)
         self._ma_prev = np.empty(0)
         self._step_ms: list[np.ndarray] = []
@@ -134,6 +139,9 @@ class TrialAccumulator:
         final_mask = in_final & loss_ok
         self._final_sum += float(loss[final_mask].sum())
         self._final_n += int(final_mask.sum())
+        start_mask = (np.arange(self._rows, self._rows + n) < self._start_rows) & loss_ok
+        self._start_sum += float(loss[start_mask].sum())
+        self._start_n += int(start_mask.sum())
 
         self._count_spikes(loss[loss_ok])
         self._find_target(loss)
@@ -194,6 +202,7 @@ class TrialAccumulator:
             "loss_spikes": float(self._spikes),
             "steps_to_target": nan if self._to_target is None else float(self._to_target),
             "final_loss_steps": self._final_sum / self._final_n if self._final_n else nan,
+            "start_loss_steps": self._start_sum / self._start_n if self._start_n else nan,
             "median_step_ms": float(np.median(step_ms)) if step_ms.size else nan,
             "median_grad_norm": grad_q[0],
             "p90_grad_norm": grad_q[1],
