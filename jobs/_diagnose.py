@@ -22,6 +22,7 @@ from ampsweep.contracts import (
     TARGET_FROM_FP32,
     LearningEvidence,
     Verdict,
+    start_loss,
     steps_to_target,
     trial_verdict,
 )
@@ -61,7 +62,7 @@ def _silent(result: TrialResult, fp32_final_loss: float | None) -> bool:
         return False
     target = result.target_loss if result.target_loss is not None else TARGET_FROM_FP32 * fp32_final_loss
     loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
-    trial = LearningEvidence(result.final_loss, steps_to_target(loss, target) is not None)
+    trial = LearningEvidence(result.final_loss, steps_to_target(loss, target) is not None, start_loss(loss))
     fp32 = LearningEvidence(fp32_final_loss, reached_target=True)
     return trial_verdict(result.outcome, trial, fp32).verdict is Verdict.SILENT
 

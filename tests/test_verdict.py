@@ -7,8 +7,7 @@ import math
 import pytest
 
 from ampsweep.contracts import (
-    SILENT_LOSS_FACTOR,
-    SILENT_LOSS_MARGIN,
+    LEARNING_SHARE,
     LearningEvidence,
     LocalizedCell,
     Outcome,
@@ -25,7 +24,7 @@ from ampsweep.contracts import (
 )
 from ampsweep.sweep._search_rules import SeedEvidence, is_stable, next_class, shrinkable
 
-FP32 = LearningEvidence(final_loss=0.5, reached_target=True)
+FP32 = LearningEvidence(final_loss=0.5, reached_target=True, start_loss=2.5)
 
 
 def test_outcomes_come_first():
@@ -35,12 +34,32 @@ def test_outcomes_come_first():
     assert trial_verdict("completed", healthy, FP32).verdict is Verdict.STABLE
 
 
-def test_a_finite_trial_far_above_fp32_is_a_silent_failure_and_says_why():
-    limit = SILENT_LOSS_FACTOR * FP32.final_loss + SILENT_LOSS_MARGIN
+def test_a_finite_trial_that_learns_too_little_of_fp32s_decrease_is_a_silent_failure_and_says_why():
+    # FP32 goes 2.5 -> 0.5; the limit is the final loss that keeps LEARNING_SHARE of that decrease
+    limit = 2.5 - LEARNING_SHARE * (2.5 - 0.5)
     just_below = trial_verdict("completed", LearningEvidence(limit * 0.99, True), FP32)
     above = trial_verdict("completed", LearningEvidence(limit * 1.01, True), FP32)
     assert just_below.learns_like_fp32 and not above.learns_like_fp32
-    assert above.verdict is Verdict.SILENT and "x FP32" in above.reason
+    assert above.verdict is Verdict.SILENT and "of FP32's loss decrease" in above.reason
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-6, 1e4])
+def test_the_verdict_does_not_depend_on_the_losss_scale(scale):
+    # the underflow case: FP32 learns 2.3 -> 0.35 (x scale), float16 stays at chance 2.1 (x scale)
+    fp32 = LearningEvidence(0.35 * scale, True, start_loss=2.3 * scale)
+    stuck = trial_verdict("completed", LearningEvidence(2.1 * scale, None, start_loss=2.3 * scale), fp32)
+    healthy = trial_verdict("completed", LearningEvidence(0.37 * scale, None, start_loss=2.3 * scale), fp32)
+    assert stuck.verdict is Verdict.SILENT and healthy.verdict is Verdict.STABLE
+
+
+def test_noisy_fp32_seeds_widen_the_tolerance():
+    # a trial at 60 % of FP32's decrease is silent against quiet FP32 seeds, stable when the
+    # FP32 seeds themselves lie 25 % of their decrease apart
+    trial = LearningEvidence(2.5 - 0.6 * 2.0, None, start_loss=2.5)
+    quiet = LearningEvidence(0.5, None, start_loss=2.5, spread=0.0)
+    noisy = LearningEvidence(0.5, None, start_loss=2.5, spread=0.25)
+    assert trial_verdict("completed", trial, quiet).verdict is Verdict.SILENT
+    assert trial_verdict("completed", trial, noisy).verdict is Verdict.STABLE
 
 
 def test_never_reaching_a_target_fp32_reaches_is_a_silent_failure():
@@ -49,6 +68,11 @@ def test_never_reaching_a_target_fp32_reaches_is_a_silent_failure():
     # FP32 did not get there either: nothing to be worse than
     fp32_short = LearningEvidence(0.5, reached_target=False)
     assert trial_verdict("completed", LearningEvidence(0.6, False), fp32_short).learns_like_fp32
+
+
+def test_fp32_that_does_not_learn_leaves_only_the_target_rule():
+    flat = LearningEvidence(2.5, reached_target=False, start_loss=2.4)
+    assert trial_verdict("completed", LearningEvidence(3.0, False, start_loss=2.4), flat).learns_like_fp32
 
 
 def test_without_fp32_a_completed_trial_is_stable():

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from ._formulas import (
     FINAL_FRACTION,
-    SILENT_LOSS_FACTOR,
-    SILENT_LOSS_MARGIN,
+    LEARNING_SHARE,
+    SEED_NOISE_FACTOR,
     TARGET_FROM_FP32,
     TARGET_WINDOW,
     final_loss,
     final_loss_rows,
     first_nonfinite_step,
-    silent_loss_limit,
+    learning_share,
+    required_share,
+    start_loss,
     steps_to_target,
 )
 from ._layout import (
@@ -56,6 +58,7 @@ from ._search import (
 from ._tables import ANOMALIES_SCHEMA, COLUMN_DOCS, LAYERS_SCHEMA, STEPS_SCHEMA, TABLE_SCHEMAS, TRIALS_SCHEMA
 from ._verdict import (
     FP32_LEVEL,
+    SILENT_RULE,
     LearningEvidence,
     Outcome,
     TrialVerdict,
@@ -94,8 +97,9 @@ __all__ = [
     "PER_TRIAL_TABLES",
     "PLAN_FILE",
     "REFERENCE_FORM",
-    "SILENT_LOSS_FACTOR",
-    "SILENT_LOSS_MARGIN",
+    "LEARNING_SHARE",
+    "SEED_NOISE_FACTOR",
+    "SILENT_RULE",
     "CHECKPOINT_SNAPSHOT",
     "PREFIX_SNAPSHOT",
     "SNAPSHOT_FOLDER",
@@ -115,7 +119,9 @@ __all__ = [
     "final_loss_rows",
     "first_nonfinite_step",
     "is_committed_name",
-    "silent_loss_limit",
+    "learning_share",
+    "required_share",
+    "start_loss",
     "is_data_file",
     "parse_loss_scale",
     "parse_reference",

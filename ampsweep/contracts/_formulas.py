@@ -32,16 +32,50 @@ def first_nonfinite_step(loss: np.ndarray) -> int | None:
     return int(bad[0]) if len(bad) else None
 
 
-#: A finite trial "learns clearly worse than FP32" (a silent float16 failure) when its
-#: final loss exceeds ``SILENT_LOSS_FACTOR * fp32 + SILENT_LOSS_MARGIN``: a loss stuck
-#: near chance while FP32 converges, not the few percent two healthy runs differ by.
-SILENT_LOSS_FACTOR = 2.0
-SILENT_LOSS_MARGIN = 0.1
+def start_loss(loss: np.ndarray) -> float | None:
+    """Mean of the finite losses among the first ``final_loss_rows`` steps: where a run starts from.
+
+    The same number of rows as ``final_loss`` averages, so start and end carry
+    the same noise.
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    if not len(loss):
+        return None
+    head = loss[: final_loss_rows(len(loss))]
+    head = head[np.isfinite(head)]
+    return float(head.mean()) if len(head) else None
 
 
-def silent_loss_limit(fp32_final_loss: float) -> float:
-    """The final loss above which a finite trial counts as a silent failure."""
-    return SILENT_LOSS_FACTOR * fp32_final_loss + SILENT_LOSS_MARGIN
+#: A finite trial "learns like FP32" when it achieves at least this share of the loss
+#: decrease that FP32 achieves from the same start (``learning_share``). A ratio of
+#: differences, so it holds for a loss of order 1 and one weighted by 1e-6 alike.
+LEARNING_SHARE = 0.75
+#: How many times the FP32 seeds' own spread (as a share of FP32's decrease) the
+#: tolerance grows to when FP32 is noisier than ``1 - LEARNING_SHARE``.
+SEED_NOISE_FACTOR = 2.0
+
+
+def learning_share(start: float, final: float, fp32_final: float) -> float | None:
+    """The share of FP32's loss decrease (``start - fp32_final``) that a run ending at ``final`` achieved.
+
+    1 = as far as FP32, 0 = not at all, negative = worse than the start. None
+    when FP32 did not decrease the loss: there is no decrease to share.
+    """
+    decrease = start - fp32_final
+    if not (np.isfinite(decrease) and decrease > 0 and np.isfinite(final)):
+        return None
+    return float((start - final) / decrease)
+
+
+def required_share(fp32_spread: float = 0.0) -> float:
+    """The least ``learning_share`` that still counts as learning like FP32.
+
+    ``fp32_spread``: how far the FP32 seeds' final losses lie apart, as a share of
+    FP32's decrease. Seeds that differ by a lot among themselves in FP32 allow a
+    mixed-precision trial the same latitude.
+    """
+    spread = fp32_spread if np.isfinite(fp32_spread) else 0.0
+    return 1.0 - max(1.0 - LEARNING_SHARE, SEED_NOISE_FACTOR * max(spread, 0.0))
 
 
 #: A trial "reaches the target" at the step that completes the first window of this many

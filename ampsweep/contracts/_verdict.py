@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ._formulas import SILENT_LOSS_FACTOR, SILENT_LOSS_MARGIN, silent_loss_limit
+from ._formulas import learning_share, required_share
 
 #: The AMP level that casts nothing: every FP32 baseline and reference runs at it.
 FP32_LEVEL: Final = "O0"
@@ -52,11 +52,24 @@ class LearningEvidence:
     """What a completed run showed about its learning; None = not measured.
 
     ``reached_target``: whether some 10-step window's mean loss reached the
-    target loss (the workload's, or 1.1 x FP32's final loss).
+    target loss (the workload's, or 1.1 x FP32's final loss). ``start_loss``:
+    the mean loss of its first steps (``start_loss``), where the decrease is
+    measured from. ``spread`` (FP32 only): how far the FP32 seeds' final
+    losses lie apart, as a share of FP32's decrease: the seed noise.
     """
 
     final_loss: float | None
     reached_target: bool | None = None
+    start_loss: float | None = None
+    spread: float = 0.0
+
+
+#: The rule in one sentence, for the report's criteria and the docs.
+SILENT_RULE = (
+    "a finite trial is a silent failure when it achieves less than the required share of the loss decrease "
+    "its seed's FP32 run achieves from the same start (75 %, less when the FP32 seeds themselves differ by "
+    "more: 1 - 2 x their spread), or never reaches the target loss while FP32 does"
+)
 
 
 @dataclass(frozen=True)
@@ -80,10 +93,13 @@ def trial_verdict(
 ) -> TrialVerdict:
     """The verdict of one trial against its FP32 baseline of the same seed.
 
-    A completed trial is a silent failure when its final loss is beyond
-    ``silent_loss_limit`` of FP32's, or when FP32 reaches the target loss and
-    the trial never does. Without an FP32 baseline a completed trial is
-    stable: there is nothing to be worse than.
+    A completed trial is a silent failure when its ``learning_share`` of
+    FP32's decrease (from FP32's start, the same point both runs start from)
+    is below ``required_share`` of the FP32 seeds' spread, or when FP32 reaches
+    the target loss and the trial never does. The share is a ratio of loss
+    differences, so a loss weighted by 1e-6 is judged as one of order 1 is.
+    Without an FP32 baseline a completed trial is stable: there is nothing to
+    be worse than.
     """
     outcome = Outcome(outcome)
     if outcome is Outcome.FAILED:
@@ -92,13 +108,16 @@ def trial_verdict(
         return TrialVerdict(Verdict.DIVERGED)
     if fp32 is None:
         return TrialVerdict(Verdict.STABLE)
-    if _known(trial.final_loss) and _known(fp32.final_loss):
-        assert trial.final_loss is not None and fp32.final_loss is not None  # for the type checker
-        if trial.final_loss > silent_loss_limit(fp32.final_loss):
+    start = fp32.start_loss if _known(fp32.start_loss) else trial.start_loss
+    if _known(trial.final_loss) and _known(fp32.final_loss) and _known(start):
+        assert trial.final_loss is not None and fp32.final_loss is not None and start is not None
+        share = learning_share(start, trial.final_loss, fp32.final_loss)
+        needed = required_share(fp32.spread)
+        if share is not None and share < needed:
             return TrialVerdict(
                 Verdict.SILENT,
-                f"final loss {trial.final_loss:.3g} > {SILENT_LOSS_FACTOR:g} x FP32 "
-                f"{fp32.final_loss:.3g} + {SILENT_LOSS_MARGIN:g}",
+                f"learns {max(share, 0.0):.0%} of FP32's loss decrease (needs {needed:.0%}): "
+                f"final loss {trial.final_loss:.3g} vs FP32 {fp32.final_loss:.3g} from {start:.3g}",
             )
     if fp32.reached_target and trial.reached_target is False:
         return TrialVerdict(Verdict.SILENT, "never reaches the target loss while FP32 does")
