@@ -43,6 +43,8 @@ class Figure:
     keys: tuple[str, ...]  # figure key prefixes, e.g. ("divergence",); () = the remaining ones
     caption: str = ""
     fallback: Table | Paragraph | None = None
+    #: the figure's PNG beside report.md (the writer writes it); "" when Markdown shows only the fallback
+    file: str = ""
 
 
 Block = Paragraph | Bullets | Code | Table | Figure

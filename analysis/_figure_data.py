@@ -25,12 +25,14 @@ import numpy as np
 import pandas as pd
 
 from . import _classes as cls
+from ._anomalies import OVERFLOW_LIMITS
 from ._evidence import fp32_row
 from ._heatmap import divergence_grids
 from ._load import files_by_trial, resolve
 from ._model import (
     ClipLine,
     Curve,
+    FailureFigureData,
     FigureData,
     GradNormFigureData,
     LayerFigureData,
@@ -44,6 +46,9 @@ MAX_POINTS = 2000
 SMOOTH_DIVISOR = 60
 #: Per-layer figure: at most this many layers get their own line.
 MAX_LAYERS = 10
+#: Failure figure: steps shown before the first non-finite step (at most), and after it.
+FAILURE_BEFORE = 200
+FAILURE_AFTER = 20
 
 
 def _bin(steps: np.ndarray, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
@@ -234,6 +239,104 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
     )
 
 
+def _top_broken(ranking: pd.DataFrame, scores: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """The best-ranked configuration with a diverged trial, and that trial (lowest seed)."""
+    by_id = scores.set_index("trial_id")
+    for _, row in ranking[ranking["tier"] == cls.TIER_UNSTABLE].iterrows():
+        ids = [t for t in _trials_of(row) if t in by_id.index]
+        trials = by_id.loc[ids]
+        trials = trials[(trials["outcome"] == "diverged") & trials["first_nonfinite"].notna()]
+        if len(trials):
+            return row, trials.sort_values("seed", kind="stable").iloc[0]
+    return None
+
+
+def _start(trial: pd.Series) -> int:
+    value = trial.get("start_step")
+    return 0 if value is None or pd.isna(value) else int(value)
+
+
+def _fp32_twin(scores: pd.DataFrame, trial: pd.Series) -> str | None:
+    """The FP32 reference trial of the same seed, device kind and start."""
+    ref = scores[scores["reference"] & (scores["device_kind"] == trial["device_kind"])]
+    same_seed = ref[ref["seed"] == trial["seed"]] if pd.notna(trial["seed"]) else ref.iloc[0:0]
+    if "start_step" in ref.columns:
+        same_seed = same_seed[same_seed["start_step"].fillna(0).astype(int) == _start(trial)]
+    return str(same_seed.iloc[0]["trial_id"]) if len(same_seed) else None
+
+
+def _cell_maxima(row: pd.Series) -> tuple[str, tuple[tuple[str, float], ...], tuple[str, float] | None]:
+    """The localized Cell's name and its max |x| bars (policy, FP32, inputs, inner), from the replay."""
+    locs = row.get("localizations") or []
+    if not locs:
+        return "", (), None
+    loc = locs[0]
+    dtype = (loc.output_dtype or "float16").lower().replace("mindspore.", "")
+    bars = []
+    for name, value in (
+        (f"inputs ({dtype})", loc.input_max_abs),
+        (f"`{loc.inner_op}` input ({dtype})" if loc.inner_op else "", loc.inner_max_abs),
+        (f"output ({dtype}, finite part)", loc.max_abs),
+        ("output (FP32)", loc.fp32_max_abs),
+    ):
+        if name and value is not None and np.isfinite(value):
+            bars.append((name, float(value)))
+    limit = OVERFLOW_LIMITS.get(loc.inner_op.lower()) if loc.inner_op else None
+    cell = f"{loc.cell} ({loc.cell_class})" if loc.cell_class else loc.cell
+    return cell, tuple(bars), (limit[1], limit[0]) if limit else None
+
+
+def failure_data(
+    sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFrame
+) -> FailureFigureData | None:
+    """Loss and gradient norm of the top broken configuration around its first NaN, with FP32's."""
+    found = _top_broken(ranking, scores)
+    if found is None:
+        return None
+    row, trial = found
+    tid = str(trial.name)
+    first = float(trial["first_nonfinite"])
+    start = _start(trial)
+    twin = _fp32_twin(scores, trial)
+    ids = [tid] + ([twin] if twin else [])
+    tables = read_trial_tables(sweep_dir, "steps", ids, ("step", "loss", "grad_norm"))
+    if tid not in tables:
+        return None
+    low, high = max(start, first - FAILURE_BEFORE), first + FAILURE_AFTER
+
+    def window(frame: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if frame is None:
+            empty = np.empty(0)
+            return empty, empty, empty
+        part = frame[(frame["step"] >= low) & (frame["step"] <= high)]
+        return (
+            part["step"].to_numpy(dtype="float64"),
+            part["loss"].to_numpy(dtype="float64"),
+            part["grad_norm"].to_numpy(dtype="float64"),
+        )
+
+    steps, loss, grad = window(tables[tid])
+    f_steps, f_loss, f_grad = window(tables.get(twin) if twin else None)
+    cell, maxima, limit = _cell_maxima(row)
+    seed = trial["seed"]
+    return FailureFigureData(
+        trial_id=tid,
+        label=str(row.get("label") or row["config_id"]),
+        seed=None if pd.isna(seed) else int(seed),
+        first_nonfinite=first,
+        start_step=start,
+        steps=steps,
+        loss=loss,
+        grad_norm=grad,
+        fp32_steps=f_steps,
+        fp32_loss=f_loss,
+        fp32_grad_norm=f_grad,
+        cell=cell,
+        maxima=maxima,
+        inner_limit=limit,
+    )
+
+
 def figure_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFrame) -> FigureData:
     """Every figure's data that one device kind's ranking and files allow."""
     if ranking.empty:
@@ -243,4 +346,5 @@ def figure_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFra
         grad_norm=grad_norm_data(sweep_dir, ranking),
         divergence=tuple(divergence_grids(ranking)),
         layers=layer_data(sweep_dir, ranking, scores),
+        failure=failure_data(sweep_dir, ranking, scores),
     )

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _classes as cls
 from ._heatmap import divergence_map
-from ._model import FigureData, GradNormFigureData, LayerFigureData, LossFigureData
+from ._model import FailureFigureData, FigureData, GradNormFigureData, LayerFigureData, LossFigureData
 from ._plot import FigureImage, new_figure, plot_text, png
 
 FLOAT16_MAX = 65504.0
@@ -176,6 +176,100 @@ def layer_maxima(data: LayerFigureData | None, key: str) -> FigureImage | None:
     )
 
 
+def _nonfinite_marks(ax: Any, steps: np.ndarray, values: np.ndarray, y: float, colour: str) -> bool:
+    """An x at height ``y`` on every step whose value is not finite; whether there was one."""
+    bad = ~np.isfinite(values)
+    if bad.any():
+        ax.plot(steps[bad], np.full(bad.sum(), y), ls="none", marker="x", ms=6, color=colour)
+    return bool(bad.any())
+
+
+def _finite_top(*arrays: np.ndarray) -> float:
+    finite = np.concatenate([a[np.isfinite(a)] for a in arrays]) if arrays else np.empty(0)
+    return float(finite.max()) if finite.size else 1.0
+
+
+FAILURE_TITLE = "The failure"
+
+
+def failure_figure(data: FailureFigureData | None, key: str) -> FigureImage | None:
+    """Loss and gradient norm around the first non-finite step, FP32 from the same start, and the Cell's max |x|.
+
+    Left: loss (top) and global gradient norm (bottom, log) on one shared
+    x axis of global steps, the broken configuration against FP32 of the same
+    seed and start; an x marks each non-finite value. Right: the localized
+    Cell's largest |x| in the replay against float16's 65504 (and, when the
+    replay saw what overflowed inside, that primitive's limit on its input).
+    """
+    if data is None or not len(data.steps):
+        return None
+    fig = new_figure(width=11.0, height=5.2)
+    grid = fig.add_gridspec(2, 3)
+    ax_loss = fig.add_subplot(grid[0, :2])
+    ax_grad = fig.add_subplot(grid[1, :2], sharex=ax_loss)
+    first = data.first_nonfinite
+    name = plot_text(data.label)
+    ax_loss.plot(data.steps, data.loss, color="tab:red", lw=1.3, label=name)
+    if len(data.fp32_steps):
+        ax_loss.plot(
+            data.fp32_steps, data.fp32_loss, color="black", lw=1.1, ls="--", label="FP32, same start"
+        )
+    top = _finite_top(data.loss, data.fp32_loss)
+    marked = _nonfinite_marks(ax_loss, data.steps, data.loss, top, "tab:red")
+    grads = data.grad_norm.copy()
+    grads[grads <= 0] = np.nan
+    ax_grad.plot(data.steps, np.where(np.isfinite(grads), grads, np.nan), color="tab:red", lw=1.0)
+    if len(data.fp32_steps):
+        fp32_grads = np.where(data.fp32_grad_norm > 0, data.fp32_grad_norm, np.nan)
+        ax_grad.plot(data.fp32_steps, fp32_grads, color="black", lw=0.9, ls="--")
+    marked |= _nonfinite_marks(ax_grad, data.steps, data.grad_norm, _finite_top(grads) * 2, "tab:red")
+    _log_axis(ax_grad, [grads, data.fp32_grad_norm])
+    for ax in (ax_loss, ax_grad):
+        ax.axvline(first, color="tab:red", ls=":", lw=1)
+        ax.grid(alpha=0.3, which="both")
+    ax_loss.set_ylabel("loss")
+    ax_grad.set_ylabel("global gradient norm")
+    ax_grad.set_xlabel("global step" if data.start_step else "step")
+    seed = "" if data.seed is None else f", seed {data.seed}"
+    ax_loss.set_title(f"First non-finite step {first:,.0f}{seed}", fontsize=10)
+    ax_loss.legend(fontsize=8, loc="upper left")
+    ax_cell = fig.add_subplot(grid[:, 2])
+    if data.maxima:
+        labels = [plot_text(n) for n, _ in data.maxima]
+        values = [v for _, v in data.maxima]
+        colours = ["grey" if "FP32" in n else "tab:red" for n, _ in data.maxima]
+        ax_cell.barh(range(len(values)), values, color=colours)
+        ax_cell.set_yticks(range(len(values)), labels, fontsize=8)
+        ax_cell.axvline(FLOAT16_MAX, color="black", ls="--", lw=1.2, label="float16 max 65504")
+        if data.inner_limit is not None:
+            ax_cell.axvline(
+                data.inner_limit[1], color="tab:orange", ls=":", lw=1.2, label=data.inner_limit[0]
+            )
+        ax_cell.set_xscale("log")
+        ax_cell.set_xlim(left=min(min(values), 1.0) / 2, right=FLOAT16_MAX * 4)
+        ax_cell.legend(fontsize=7, loc="lower right")
+        ax_cell.set_title(plot_text(f"max |x| in {data.cell}"), fontsize=9)
+    else:
+        ax_cell.axis("off")
+        ax_cell.text(0.5, 0.5, "no localized Cell\n(no anomalies row)", ha="center", va="center", fontsize=9)
+    start = f" (trials start at global step {data.start_step:,})" if data.start_step else ""
+    return FigureImage(
+        key=f"failure-{key}",
+        title=FAILURE_TITLE,
+        caption=(
+            f"{data.label}, trial {data.trial_id}{seed}: loss and global gradient norm around its first non-finite "
+            f"step ({first:,.0f}, dotted), with FP32 from the same start (dashed){start}"
+            + ("; x marks a non-finite value" if marked else "")
+            + (
+                f". Right: the largest |x| of {data.cell} in the localization replay against float16's 65504."
+                if data.maxima
+                else "."
+            )
+        ),
+        png_base64=png(fig),
+    )
+
+
 def kind_figures(data: FigureData, key: str) -> list[FigureImage]:
     """Every figure that one device kind's data allow, in report order."""
     makers: list[Callable[[], FigureImage | None]] = [
@@ -183,5 +277,6 @@ def kind_figures(data: FigureData, key: str) -> list[FigureImage]:
         lambda: grad_norms(data.grad_norm, key),
         lambda: divergence_map(data.divergence, key),
         lambda: layer_maxima(data.layers, key),
+        lambda: failure_figure(data.failure, key),
     ]
     return [image for make in makers if (image := make()) is not None]

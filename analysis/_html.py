@@ -26,7 +26,7 @@ from ._blocks import Bullets, Code, Figure, Paragraph, Section, Table
 from ._figures import kind_figures
 from ._model import SweepAnalysis
 from ._plot import FigureImage
-from ._text import report_sections, title
+from ._text import PLACED_FIGURES, report_sections, title
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
@@ -105,7 +105,7 @@ class _Renderer:
         if block.keys:
             chosen = [i for i in images if i.key.startswith(block.keys)]
         else:
-            chosen = [i for i in images if not i.key.startswith(("divergence",))]
+            chosen = [i for i in images if not i.key.startswith(PLACED_FIGURES)]
         if not chosen:
             return "<p>No step data to draw.</p>" if not block.keys else ""
         return "\n".join(_figure(i) for i in chosen)

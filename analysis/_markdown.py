@@ -39,6 +39,8 @@ def _block(block: object) -> list[str]:
     if isinstance(block, Table):
         return _table(block)
     if isinstance(block, Figure):
+        if block.file:
+            return [f"![{_md(block.caption or block.file)}]({block.file})", "", _md(block.caption), ""]
         lines = _block(block.fallback) if block.fallback is not None else []
         return lines + ([_md(block.caption), ""] if block.caption and block.fallback is not None else [])
     raise TypeError(f"unknown block {block!r}")  # pragma: no cover

@@ -195,6 +195,34 @@ class LayerFigureData:
 
 
 @dataclass(frozen=True)
+class FailureFigureData:
+    """The top broken configuration around its first non-finite step, next to FP32 from the same start.
+
+    Steps are global (a forked trial's first step is its ``start_step``). The
+    Cell maxima are the localized Cell's, from the replay (``anomalies``).
+    """
+
+    trial_id: str
+    label: str  # the configuration's honest label
+    seed: int | None
+    first_nonfinite: float
+    start_step: int
+    steps: np.ndarray
+    loss: np.ndarray  # non-finite values kept (they are the failure)
+    grad_norm: np.ndarray
+    fp32_steps: np.ndarray
+    fp32_loss: np.ndarray
+    fp32_grad_norm: np.ndarray
+    #: the localized Cell ("softmax (ExpSoftmax)"), "" when none was localized
+    cell: str = ""
+    #: (what, max |x|) bars against 65504: the Cell's output and, where the replay saw them,
+    #: its inputs and what overflowed inside; and the same Cell in FP32
+    maxima: tuple[tuple[str, float], ...] = ()
+    #: the inner primitive's overflow limit on its input (ln 65504 for exp), with its name
+    inner_limit: tuple[str, float] | None = None
+
+
+@dataclass(frozen=True)
 class FigureData:
     """What report.html's figures of one device kind show, as numbers; None where a figure has no data."""
 
@@ -202,6 +230,7 @@ class FigureData:
     grad_norm: GradNormFigureData | None = None
     divergence: tuple[DivergenceGrid, ...] = ()
     layers: LayerFigureData | None = None
+    failure: FailureFigureData | None = None
 
 
 @dataclass

@@ -216,6 +216,25 @@ def _localized(rec: Recommendation) -> Paragraph | None:
     return Paragraph(text, lead="Localized layer:")
 
 
+#: figures placed in the answer section; the "Figures" section shows the rest
+PLACED_FIGURES = ("divergence", "failure")
+FAILURE_CAPTION = (
+    "The failure: loss and global gradient norm of the top broken configuration around its first non-finite "
+    "step, with FP32 from the same start, and the localized Cell's largest |x| against 65504."
+)
+
+
+def failure_file(index: int) -> str:
+    """The failure figure's PNG beside report.md, one per device kind."""
+    return "failure.png" if index == 0 else f"failure-{index}.png"
+
+
+def _failure(kind: KindAnalysis, index: int) -> Figure | None:
+    if kind.figures is None or kind.figures.failure is None:
+        return None
+    return Figure(index, ("failure",), FAILURE_CAPTION, file=failure_file(index))
+
+
 def _code_blocks(code: dict[str, str] | None) -> list[Block]:
     if not code:
         return []
@@ -247,6 +266,9 @@ def _answer(kind: KindAnalysis, index: int, suffix: str) -> Section:
         section.blocks.append(Paragraph(f"`{rec.loss_placement}`", lead="Loss placement:"))
     if rec.notes:
         section.blocks.append(Bullets(tuple(rec.notes)))
+    failure = _failure(kind, index)
+    if failure is not None:
+        section.blocks.append(failure)
     if not kind.ranking.empty:
         section.blocks.append(
             Figure(index, ("divergence",), HEATMAP_CAPTION, fallback=divergence_tables(kind.ranking))

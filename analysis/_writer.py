@@ -2,7 +2,8 @@
 
 ``report/`` holds ``ranking.csv`` (every configuration, fixed columns),
 ``report.md`` (the answer, evidence, ranking, failures, rules),
-``report.html`` (the same plus figures, one self-contained file) and
+``report.html`` (the same plus figures, one self-contained file),
+``failure.png`` (the failure figure report.md shows, when a configuration broke) and
 ``recommendation.json`` (the recommendation as data, schema in
 :mod:`analysis._recommendation`). Files are written to a temporary name and
 renamed into place, as everything else in a sweep folder is, so a reader
@@ -11,25 +12,32 @@ never sees half a report.
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 from pathlib import Path
 
 from ._analyze import analyze
 from ._csv import ranking_csv
+from ._figures import failure_figure
 from ._html import render_html
 from ._load import resolve
 from ._markdown import render_markdown
 from ._model import SweepAnalysis
 from ._recommendation import recommendation_json
+from ._text import failure_file
 
 
 def _atomic_write(path: Path, text: str) -> None:
+    _atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared report from its readers
         os.replace(tmp, path)
     except BaseException:
@@ -55,6 +63,10 @@ def write_report(
     _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
     _atomic_write(target / "recommendation.json", recommendation_json(analysis))
     _atomic_write(target / "report.html", render_html(analysis))
+    for index, kind in enumerate(analysis.kinds):
+        image = failure_figure(kind.figures.failure if kind.figures else None, f"k{index}")
+        if image is not None:  # report.md shows it as a file beside itself
+            _atomic_write_bytes(target / failure_file(index), base64.b64decode(image.png_base64))
     report = target / "report.md"
     _atomic_write(report, render_markdown(analysis))
     return report

@@ -38,8 +38,8 @@ CHROMIUM_FLAGS = (
     "--enable-logging=stderr",
     "--v=0",
 )
-#: loss curves, gradient norm, divergence map, per-layer maxima
-EXPECTED_PLOTS = 4
+#: loss curves, gradient norm, divergence map, per-layer maxima, the failure
+EXPECTED_PLOTS = 5
 
 
 def chromium() -> str | None:
@@ -113,7 +113,13 @@ def test_html_is_self_contained_and_escaped(report: Path) -> None:
     assert text.count('<img class="plot"') == EXPECTED_PLOTS
     assert text.count('src="data:image/png;base64,') == EXPECTED_PLOTS
     assert "default-src 'none'" in text
-    for name in ("Loss curves", "Gradient norm", "Divergence map", "Per-layer gradient maxima"):
+    for name in (
+        "Loss curves",
+        "Gradient norm",
+        "Divergence map",
+        "Per-layer gradient maxima",
+        "The failure",
+    ):
         assert f'alt="{name}"' in text
 
 
@@ -247,7 +253,8 @@ def test_report_renders_without_the_sweep_folder(tmp_path: Path, monkeypatch: py
     assert out == tmp_path / "out" / "report.md"
     assert (out.parent / "report.html").read_text(encoding="utf-8") == page
     names = {p.name for p in out.parent.iterdir()}
-    assert names == {"report.md", "report.html", "recommendation.json", "ranking.csv"}
+    assert names == {"report.md", "report.html", "recommendation.json", "ranking.csv", "failure.png"}
+    assert "](failure.png)" in (out.parent / "report.md").read_text(encoding="utf-8")
 
 
 def test_analyze_without_figures_reads_no_step_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
