@@ -119,6 +119,10 @@ class Event:
     forward_call: int = 0  # backward: which forward call of this Cell the gradient belongs to
     input_max_abs: float | None = None  # forward: max |x| of the finite part of the inputs
     array: np.ndarray | None = None  # forward output, kept only when comparing
+    #: forward, only when finite inputs gave a non-finite output: the Cell and its inputs,
+    #: so a primitive-level replay can look inside it (``jobs._inside``)
+    cell: Any = None
+    inputs: tuple[Any, ...] | None = None
 
 
 @dataclass
@@ -189,6 +193,8 @@ class CellProbe:
             if self.keep_arrays:
                 array = np.concatenate([a.astype(np.float64).reshape(-1) for a in arrays])
             inputs = TensorStats.of(float_arrays(args))
+            # the overflow happened inside this Cell: keep what a replay of it needs (rare, so cheap)
+            inside = not stats.finite and (inputs is None or inputs.finite)
             self.events.append(
                 Event(
                     name,
@@ -201,6 +207,8 @@ class CellProbe:
                     array=array,
                     forward_call=call,
                     input_max_abs=None if inputs is None else inputs.max_abs,
+                    cell=cell if inside else None,
+                    inputs=tuple(args) if inside else None,
                 )
             )
             return None

@@ -58,6 +58,7 @@ from ._replay import (
     _Replay,
     _restore_mode,
     _skip_ahead,
+    replay_inside,
 )
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str,
         "rel_error": finding.rel_error,
         "zero_fraction": zero_fraction,
         "note": "; ".join(finding.note) if finding.note else None,
+        "input_max_abs": event.input_max_abs if event.phase == "forward" else None,
+        "inner_op": finding.inside.op or None if finding.inside else None,
+        "inner_max_abs": finding.inside.op_input_max_abs if finding.inside else None,
+        "intermediate_max_abs": finding.inside.intermediate_max_abs if finding.inside else None,
     }
 
 
@@ -169,7 +174,8 @@ def _nonfinite(
             probe.stop()
             forward = probe.first_nonfinite("forward")
             if forward is not None:
-                finding = _Finding(forward, index, [])
+                # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
+                finding = _Finding(forward, index, [], inside=replay_inside(forward))
                 break
             backward = _backward_culprit(probe, [] if finite else bad_params)
             if backward is None:

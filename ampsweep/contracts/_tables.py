@@ -44,6 +44,8 @@ TRIALS_SCHEMA = pa.schema(
         ("finished_at", pa.timestamp("ms", tz="UTC")),
         ("start_step", pa.int64()),  # global step the trial started at; 0 = from scratch
         ("start_from", pa.string()),  # content id of the snapshot it started from; null = none
+        ("zero_fraction", pa.float64()),  # share of sampled gradient values exactly zero
+        ("underflow_fraction", pa.float64()),  # ... zero or below 2^-24 at the trial's loss scale
     ]
 )
 
@@ -67,6 +69,8 @@ LAYERS_SCHEMA = pa.schema(
         ("grad_norm", pa.float64()),  # L2 norm of this parameter's unscaled gradient
         ("grad_absmax", pa.float64()),
         ("nonfinite", pa.int64()),  # count of non-finite gradient elements
+        ("zero_fraction", pa.float64()),  # share of this gradient's elements exactly zero
+        ("underflow_fraction", pa.float64()),  # ... zero or below 2^-24 at the step's loss scale
     ]
 )
 
@@ -86,6 +90,10 @@ ANOMALIES_SCHEMA = pa.schema(
         ("rel_error", pa.float64()),  # departure only: |x - x_fp32| / |x_fp32|
         ("zero_fraction", pa.float64()),  # share of exact zeros in the offending output
         ("note", pa.string()),
+        ("input_max_abs", pa.float64()),  # forward: max |x| of the finite part of the Cell's inputs
+        ("inner_op", pa.string()),  # the op inside the Cell that overflowed first (replay of the Cell)
+        ("inner_max_abs", pa.float64()),  # max |x| of that op's input
+        ("intermediate_max_abs", pa.float64()),  # max |x| of the finite intermediates inside the Cell
     ]
 )
 
@@ -134,6 +142,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",
         "start_from": "content id of the snapshot it started from (an FP32 prefix, or the user's checkpoint); null = none",
         "finished_at": "when the worker finished the trial",
+        "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
+        "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",
     },
     "steps": {
         "step": "global step: `start_step` … `start_step` + `steps_run` - 1 (0-based)",
@@ -151,6 +161,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "grad_norm": "L2 norm of this parameter's unscaled gradient",
         "grad_absmax": "largest absolute gradient element",
         "nonfinite": "count of non-finite gradient elements",
+        "zero_fraction": "share of this gradient's elements that are exactly zero",
+        "underflow_fraction": "share of this gradient's elements that are zero or below 2^-24 at the step's loss scale",
     },
     "anomalies": {
         "kind": "`nonfinite` (an output or gradient became inf/NaN) or `departure` (finite, but far from FP32)",
@@ -165,5 +177,10 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "rel_error": "`departure` only: relative error of the output against FP32",
         "zero_fraction": "share of exact zeros in the offending output",
         "note": "how the replay relates to the compiled run, in words",
+        "input_max_abs": "`forward` only: largest finite absolute value of the Cell's inputs",
+        "inner_op": "the `mindspore.ops` function inside the Cell that overflowed first when the Cell was "
+        "replayed alone on its inputs (e.g. `exp`); null when not seen",
+        "inner_max_abs": "largest absolute value of that function's input",
+        "intermediate_max_abs": "largest finite absolute value of the intermediates inside the Cell in that replay",
     },
 }

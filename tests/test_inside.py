@@ -1,0 +1,78 @@
+"""Internal overflow: a Cell whose output stays bounded while an op inside it overflowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ampsweep import analysis
+from tests.test_analysis import CURVE, write_anomaly, write_trial
+
+
+def _sweep(root: Path, **anomaly: object) -> analysis.Analysis:
+    for seed in range(2):
+        write_trial(root, f"fp32-{seed}", loss=CURVE, amp_level="O0", seed=seed)
+        write_trial(root, f"fixed-{seed}", loss=CURVE, black_list=["ExpSoftmax"], seed=seed)
+        write_trial(root, f"broken-{seed}", loss=np.where(np.arange(60) < 50, CURVE[:60], np.nan), seed=seed)
+        write_anomaly(
+            root,
+            f"broken-{seed}",
+            cell="softmax",
+            cell_class="ExpSoftmax",
+            max_abs=1.0,
+            fp32_max_abs=1.0,
+            **anomaly,
+        )
+    return analysis.analyze(root, figures=False)
+
+
+def test_the_op_inside_is_named(tmp_path: Path) -> None:
+    a = _sweep(tmp_path, inner_op="exp", inner_max_abs=11.3, input_max_abs=11.3)
+    why = a.kinds[0].recommendation.answer[1]
+    assert "the `exp` inside ExpSoftmax overflowed float16 (input max 11.3 > ln 65504)" in why
+    assert "max|x| 1 vs FP32 1" not in analysis.render_markdown(a)
+
+
+def test_without_the_op_it_says_inside_the_cell(tmp_path: Path) -> None:
+    a = _sweep(tmp_path, input_max_abs=11.3)
+    why = a.kinds[0].recommendation.answer[1]
+    assert "the overflow happened inside ExpSoftmax" in why and "input max|x| 11.3" in why
+
+
+def test_replay_of_the_cell_finds_exp() -> None:
+    import mindspore as ms
+    from mindspore import Tensor
+
+    from ampsweep.jobs._hooks import Event, TensorStats
+    from ampsweep.jobs._replay import replay_inside
+    from ampsweep.jobs.workloads.late_softmax import ExpSoftmax
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    z = Tensor(np.array([[1.0, 11.3, 2.0]], np.float16))
+    event = Event(
+        "softmax",
+        "ExpSoftmax",
+        "forward",
+        0,
+        "float16",
+        "float16",
+        TensorStats(False, 1.0, 0.0, 3),
+        cell=ExpSoftmax(),
+        inputs=(z,),
+    )
+    inside = replay_inside(event)
+    assert inside is not None and inside.op == "exp"
+    assert inside.op_input_max_abs is not None and 11.2 < inside.op_input_max_abs < 11.4
+    fine = Event(
+        "softmax",
+        "ExpSoftmax",
+        "forward",
+        0,
+        "float16",
+        "float16",
+        TensorStats(True, 1.0, 0.0, 3),
+        cell=ExpSoftmax(),
+        inputs=(Tensor(np.array([[1.0, 2.0]], np.float16)),),
+    )
+    assert replay_inside(fine).op == ""
