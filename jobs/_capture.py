@@ -66,6 +66,8 @@ def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
     """
     steps = np.asarray(metrics.layer_steps, dtype=np.int64)
     params = len(metrics.layer_names)
+    sizes = np.maximum(np.asarray(metrics.layer_sizes, np.float64), 1.0)
+    zeros = np.asarray(metrics.layer_zeros, np.float64).reshape(len(steps), params)
     return pa.table(
         {
             "step": np.repeat(config.start_step + steps, params),
@@ -73,6 +75,8 @@ def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
             "grad_norm": np.asarray(metrics.layer_norm).reshape(-1).astype(np.float64),
             "grad_absmax": np.asarray(metrics.layer_absmax).reshape(-1).astype(np.float64),
             "nonfinite": np.asarray(metrics.layer_nonfinite).reshape(-1).astype(np.int64),
+            "zero_fraction": (zeros / sizes).reshape(-1),
+            "underflow_fraction": ((zeros + np.asarray(metrics.layer_tiny, np.float64)) / sizes).reshape(-1),
         },
         schema=LAYERS_SCHEMA,
     )

@@ -42,6 +42,8 @@ class TrialResult:
     steps: pa.Table = field(default_factory=lambda: _empty(STEPS_SCHEMA))
     layers: pa.Table = field(default_factory=lambda: _empty(LAYERS_SCHEMA))
     anomalies: pa.Table = field(default_factory=lambda: _empty(ANOMALIES_SCHEMA))
+    #: (zero_fraction, underflow_fraction) of the sampled gradients, see ``TrialMetrics``
+    gradient_fractions: tuple[float | None, float | None] = (None, None)
     #: an FP32 prefix run's training state at its end (``TrialConfig.save_snapshot``), checkpoint bytes
     snapshot: bytes | None = None
 
@@ -92,6 +94,8 @@ class TrialResult:
             "first_nonfinite_step": self.first_nonfinite_step,
             "start_step": config.start_step,
             "start_from": config.start_from,
+            "zero_fraction": self.gradient_fractions[0],
+            "underflow_fraction": self.gradient_fractions[1],
             "final_loss": self.final_loss,
             "target_loss": self.target_loss,
             "equivalent_to": equivalent_to,

@@ -14,14 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, parse_loss_scale
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FLOAT16_TINY, parse_loss_scale
 
 from ._config import TrialConfig
 from ._workload import Workload
 
 _EPS = 1e-6
 _NO_CLIP = float(np.finfo(np.float32).max)
-# The sampled variant's second output: norm, max |g| and non-finite count, each per parameter.
+# The sampled variant's second output, each per parameter: norm, max |g|, non-finite count,
+# exact zeros, and nonzero values float16 cannot hold at the step's loss scale (< 2^-24).
+SAMPLED_STATS = 5
 LEAN, SAMPLED = "lean", "sampled"
 
 
@@ -92,6 +94,7 @@ class CompiledStep:
         optimizer = workload.optimizer(workload.network.trainable_params())
         params = optimizer.parameters
         self.layer_names = [p.name for p in params]
+        self.layer_sizes = np.asarray([int(np.prod(p.shape)) for p in params], dtype=np.int64)
         scaler = make_scaler(config.loss_scale)
         self._state = _training_state(loss_cell, optimizer, scaler)
         self._reset_graph: Any = None
@@ -156,11 +159,17 @@ class CompiledStep:
             head = update(clip, loss, grads, scale, norm, finite)
             # the per-parameter statistics read the gradients and write nothing back
             flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-            absmax = ops.unsorted_segment_max(ops.abs(flat), segments, n_params)
+            magnitude = ops.abs(flat)
+            absmax = ops.unsorted_segment_max(magnitude, segments, n_params)
             bad = ops.unsorted_segment_sum(
                 ops.logical_not(ops.isfinite(flat)).astype(mstype.float32), segments, n_params
             )
-            return head, ops.concat([ops.sqrt(squares), absmax, bad])
+            zero = magnitude == 0.0
+            zeros = ops.unsorted_segment_sum(zero.astype(mstype.float32), segments, n_params)
+            # what the float16 backward saw is the scaled gradient: below 2^-24 it flushes to zero
+            tiny = ops.logical_and(magnitude * scale < FLOAT16_TINY, ops.logical_not(zero))
+            below = ops.unsorted_segment_sum(tiny.astype(mstype.float32), segments, n_params)
+            return head, ops.concat([ops.sqrt(squares), absmax, bad, zeros, below])
 
         self._lean = ms.jit(lean_step)
         self._sampled = ms.jit(sampled_step)

@@ -29,7 +29,7 @@ from ._config import TrialConfig
 from ._placement import Placement
 from ._result import Outcome, TrialResult
 from ._snapshot import recall, snapshot_of, starting_from
-from ._step import LEAN, SAMPLED, CompiledStep, GraphCache
+from ._step import LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache
 from ._workload import Workload, build_workload
 
 #: Steps whose metrics are copied to the host together.
@@ -56,6 +56,17 @@ class TrialMetrics:
     layer_norm: np.ndarray  # [len(layer_steps), params]
     layer_absmax: np.ndarray
     layer_nonfinite: np.ndarray
+    layer_sizes: np.ndarray  # elements per parameter
+    layer_zeros: np.ndarray  # [len(layer_steps), params] counts of exact zeros
+    layer_tiny: np.ndarray  # ... of nonzero values below 2^-24 at the loss scale
+
+    def gradient_fractions(self) -> tuple[float | None, float | None]:
+        """The trial's ``zero_fraction`` and ``underflow_fraction`` over every sampled gradient value."""
+        total = float(self.layer_sizes.sum()) * len(self.layer_steps)
+        if total <= 0:
+            return None, None
+        zeros = float(self.layer_zeros.sum())
+        return zeros / total, (zeros + float(self.layer_tiny.sum())) / total
 
 
 def _check_device_support(config: TrialConfig, device_target: str) -> None:
@@ -146,7 +157,7 @@ def _train(
     stats = (
         ops.stack([sampled_stats[i] for i in kept]).asnumpy()
         if kept
-        else np.zeros((0, 3 * params), np.float32)
+        else np.zeros((0, SAMPLED_STATS * params), np.float32)
     )
     metrics = TrialMetrics(
         loss=table[:, _LOSS].astype(np.float64),
@@ -159,6 +170,9 @@ def _train(
         layer_norm=stats[:, :params],
         layer_absmax=stats[:, params : 2 * params],
         layer_nonfinite=stats[:, 2 * params : 3 * params],
+        layer_sizes=step.layer_sizes,
+        layer_zeros=stats[:, 3 * params : 4 * params],
+        layer_tiny=stats[:, 4 * params : 5 * params],
     )
     return metrics, compile_s, abort_at
 
@@ -243,6 +257,7 @@ def run_trial(
         steps_run=len(metrics.loss),
         first_nonfinite_step=_global(config, first_nonfinite_step(metrics.loss)),
         final_loss=final_loss(metrics.loss),
+        gradient_fractions=metrics.gradient_fractions(),
         target_loss=None if target_loss is None else float(target_loss),
         compile_s=compile_s,
         wall_s=time.perf_counter() - started,

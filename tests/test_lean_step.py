@@ -20,6 +20,7 @@ import pytest
 from ampsweep.jobs import TrialConfig, build_workload
 from ampsweep.jobs._batches import to_tensors
 from ampsweep.jobs._capture import sampled_steps
+from ampsweep.jobs._step import SAMPLED_STATS
 from ampsweep.jobs._trainer import CompiledStep, GraphCache, run_trial, seed_everything
 from tests._trial import trial_config
 
@@ -133,7 +134,7 @@ def test_only_sampled_steps_copy_per_parameter_statistics() -> None:
     head, stats = step.sampled(step.clip_tensor(None), batches[0])
     lean = step(step.clip_tensor(None), batches[1])
     params = len(step.layer_names)
-    assert head.shape == (4,) and lean.shape == (4,) and stats.shape == (3 * params,)
+    assert head.shape == (4,) and lean.shape == (4,) and stats.shape == (SAMPLED_STATS * params,)
     # the global norm is the norm of the per-parameter norms
     norms = stats.asnumpy()[:params].astype(np.float64)
     assert float(head.asnumpy()[1]) == pytest.approx(np.sqrt((norms**2).sum()), rel=1e-5)

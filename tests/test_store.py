@@ -46,6 +46,8 @@ PINNED = {
         ("finished_at", "timestamp[ms, tz=UTC]"),
         ("start_step", "int64"),
         ("start_from", "string"),
+        ("zero_fraction", "double"),
+        ("underflow_fraction", "double"),
     ],
     "steps": [
         ("step", "int64"),
@@ -63,6 +65,8 @@ PINNED = {
         ("grad_norm", "double"),
         ("grad_absmax", "double"),
         ("nonfinite", "int64"),
+        ("zero_fraction", "double"),
+        ("underflow_fraction", "double"),
     ],
     "anomalies": [
         ("kind", "string"),

@@ -8,6 +8,7 @@ import pytest
 from ampsweep.jobs import TrialConfig, build_workload
 from ampsweep.jobs._batches import to_tensors
 from ampsweep.jobs._capture import is_clipped
+from ampsweep.jobs._step import SAMPLED_STATS
 from ampsweep.jobs._trainer import CompiledStep, _first_abort, run_trial
 from tests._trial import trial_config
 from tests.linear_workload import numpy_gradient
@@ -55,7 +56,7 @@ def test_clipping_matches_numpy(clip, sampled):
         return
     # per-layer statistics: one parameter here, so its norm is the global norm
     params = len(step.layer_names)
-    assert step.layer_names == ["weight"] and stats.shape == (3 * params,)
+    assert step.layer_names == ["weight"] and stats.shape == (SAMPLED_STATS * params,)
     assert stats[0] == pytest.approx(norm, rel=1e-5)
     assert stats[params] == pytest.approx(np.abs(grad).max(), rel=1e-5)
     assert stats[2 * params] == 0

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from ._formulas import (
     FINAL_FRACTION,
+    FLOAT16_MAX,
+    FLOAT16_TINY,
     LEARNING_SHARE,
     SEED_NOISE_FACTOR,
     TARGET_FROM_FP32,
     TARGET_WINDOW,
+    UNDERFLOW_EVIDENCE,
     final_loss,
     final_loss_rows,
     first_nonfinite_step,
@@ -23,6 +26,7 @@ from ._formulas import (
     required_share,
     start_loss,
     steps_to_target,
+    underflow_excess,
 )
 from ._layout import (
     CHECKPOINT_SNAPSHOT,
@@ -97,7 +101,10 @@ __all__ = [
     "PER_TRIAL_TABLES",
     "PLAN_FILE",
     "REFERENCE_FORM",
+    "FLOAT16_MAX",
+    "FLOAT16_TINY",
     "LEARNING_SHARE",
+    "UNDERFLOW_EVIDENCE",
     "SEED_NOISE_FACTOR",
     "SILENT_RULE",
     "CHECKPOINT_SNAPSHOT",
@@ -120,6 +127,7 @@ __all__ = [
     "first_nonfinite_step",
     "is_committed_name",
     "learning_share",
+    "underflow_excess",
     "required_share",
     "start_loss",
     "is_data_file",

@@ -78,6 +78,28 @@ def required_share(fp32_spread: float = 0.0) -> float:
     return 1.0 - max(1.0 - LEARNING_SHARE, SEED_NOISE_FACTOR * max(spread, 0.0))
 
 
+#: float16's smallest positive subnormal: a gradient value below it flushes to zero.
+FLOAT16_TINY = 2.0**-24
+#: float16's largest finite value.
+FLOAT16_MAX = 65504.0
+#: A silent failure is put down to underflow when at least this share of its gradient
+#: values were lost to float16's range (``underflow_excess``).
+UNDERFLOW_EVIDENCE = 0.25
+
+
+def underflow_excess(underflow_fraction: float | None, fp32_zero_fraction: float | None) -> float | None:
+    """The share of gradient values float16 lost: zero or below ``FLOAT16_TINY`` in this trial,
+    less the share that is exactly zero in its seed's FP32 run (a ReLU's zeros are not underflow).
+
+    Both are the ``trials`` table's fractions; for an FP32 trial this is the share
+    of values that *would* flush to zero in float16.
+    """
+    if underflow_fraction is None or not np.isfinite(underflow_fraction):
+        return None
+    zeros = fp32_zero_fraction if fp32_zero_fraction is not None and np.isfinite(fp32_zero_fraction) else 0.0
+    return float(max(0.0, underflow_fraction - zeros))
+
+
 #: A trial "reaches the target" at the step that completes the first window of this many
 #: consecutive steps whose mean loss is at or below the target loss.
 TARGET_WINDOW = 10
