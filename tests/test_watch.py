@@ -1,0 +1,250 @@
+"""``ampsweep.Watch`` (issue 21): snapshots while healthy, and a ready sweep at the first NaN.
+
+The fast tests use ``tests/workloads/watch_overflow.py``, whose float16 square
+overflows at about step 50 under O2. The slow test trains the built-in
+late_softmax workload with ``Model.train`` until it breaks (~1,300 steps) and
+runs the spec Watch wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import mindspore as ms
+import numpy as np
+import pytest
+import yaml
+from mindspore import amp
+
+from ampsweep.jobs import build_workload, checkpoint_step, misfits, read_checkpoint
+from ampsweep.jobs._watch import CHECK_EVERY
+from ampsweep.jobs._watch_snapshots import detect_policy, loss_scale_of
+from ampsweep.sweep import parse_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+OVERFLOW = f"{ROOT / 'tests' / 'workloads' / 'watch_overflow.py'}:make"
+#: watch_overflow under O2 breaks near here (measured: step 53 in the trainer)
+BREAKS_BY = 80
+
+
+def _watch(tmp_path: Path, **kwargs: Any) -> Any:
+    import ampsweep
+
+    return ampsweep.Watch(**{"workload": OVERFLOW, "out": tmp_path / "watch", **kwargs})
+
+
+def _loop(watch: Any, level: str, steps: int, seed: int = 0) -> list[float]:
+    """The report's hand-written loop: auto_mixed_precision, value_and_grad, optimizer(grads).
+
+    Returns every step's loss (the test itself copies them; Watch does not).
+    """
+    ms.set_seed(seed)
+    workload = build_workload(OVERFLOW, seed, {})
+    network = amp.auto_mixed_precision(workload.network, level)
+    optimizer = workload.optimizer(network.trainable_params())
+    loss_fn = workload.loss_fn
+
+    def forward(x: Any, y: Any) -> Any:
+        return loss_fn(network(x).astype(ms.float32), y)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    seen = []
+    for step, (x, y) in zip(range(steps), workload.batches):
+        loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
+        optimizer(grads)
+        seen.append(float(loss.asnumpy()))
+        if watch.step(step, loss, network=network, optimizer=optimizer):
+            break
+    return seen
+
+
+# --- the constructor --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "quoted"),
+    [
+        ({"snapshot_every": 0}, "snapshot_every must be an int >= 1, got 0"),
+        ({"snapshot_every": 2.5}, "got 2.5"),
+        ({"keep": True}, "keep must be an int >= 1, got True"),
+        ({"workload": "no_colon"}, "'no_colon'"),
+        ({"workload": "missing_file.py:make"}, "missing_file.py"),
+        ({"workload": 3}, "got 3"),
+        ({"workload_args": [1]}, "got [1]"),
+        ({"stop": "yes"}, "got 'yes'"),
+        ({"amp_level": "O5"}, "got 'O5'"),
+        ({"seed": None}, "seed must be an int, got None"),
+    ],
+)
+def test_bad_arguments_fail_at_once_with_one_line_that_quotes_the_value(tmp_path, kwargs, quoted):
+    with pytest.raises(ValueError) as caught:
+        _watch(tmp_path, **kwargs)
+    message = str(caught.value)
+    assert message.startswith("Watch: ") and "\n" not in message
+    assert quoted in message
+
+
+def test_import_ampsweep_stays_light_and_a_watch_is_a_mindspore_callback(tmp_path):
+    code = (
+        "import sys, ampsweep\n"
+        "assert 'Watch' in dir(ampsweep)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'mindspore')[:1])\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]"
+
+    from mindspore.train import Callback
+
+    import ampsweep
+
+    watch = _watch(tmp_path)
+    assert isinstance(watch, Callback) and isinstance(watch, ampsweep.Watch)
+    assert type(watch).__name__ == "Watch"
+    assert watch.workload.startswith("/") and watch.snapshot_every == 500 and watch.keep == 2
+
+
+# --- while healthy ----------------------------------------------------------------------------
+
+
+class _CountingLoss:
+    """A loss that counts how often it is copied to the host."""
+
+    copies = 0
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def asnumpy(self) -> np.ndarray:
+        _CountingLoss.copies += 1
+        return np.array(self.value, np.float32)
+
+
+def test_losses_are_copied_to_the_host_in_blocks_not_per_step(tmp_path):
+    watch = _watch(tmp_path, snapshot_every=10_000)
+    _CountingLoss.copies = 0
+    for step in range(CHECK_EVERY - 1):
+        assert watch.step(step, _CountingLoss(1.0)) is False
+    assert _CountingLoss.copies == 0  # nothing looked at yet: no sync per step
+    watch.step(CHECK_EVERY - 1, _CountingLoss(1.0))
+    assert _CountingLoss.copies == CHECK_EVERY  # one block, each loss once
+    assert watch.first_nonfinite_step is None
+
+
+def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
+    watch = _watch(tmp_path, snapshot_every=5, keep=2)
+    seen = _loop(watch, "O0", 27)
+    assert len(seen) == 27 and watch.first_nonfinite_step is None
+    files = sorted(p.name for p in (tmp_path / "watch" / "snapshots").iterdir())
+    assert files == ["step-20.ckpt", "step-25.ckpt"]
+    assert [s.step for s in watch.snapshots] == [20, 25]
+    params = read_checkpoint((tmp_path / "watch" / "snapshots" / "step-25.ckpt").read_bytes())
+    # what the start_from: {checkpoint:} loader needs: the network, Adam's state, global_step
+    assert {"fc1.weight", "moment1.fc1.weight", "beta1_power", "global_step"} <= set(params)
+    assert checkpoint_step(params) == 25
+    assert misfits(build_workload(OVERFLOW, 0, {}), params) == []
+    assert not (tmp_path / "watch" / "spec.yaml").exists()
+
+
+def test_the_policy_is_read_off_the_cast_network():
+    from ampsweep.jobs.workloads import late_softmax
+
+    def level(name: str) -> str:
+        return detect_policy(amp.auto_mixed_precision(late_softmax.make(seed=0).network, name)).amp_level
+
+    assert [level(name) for name in ("O0", "O1", "O2", "O3")] == ["O0", "O1", "O2", "O3"]
+    assert loss_scale_of(None) == "none"
+    assert loss_scale_of(amp.FixedLossScaleManager(128.0)) == "static:128"
+    assert loss_scale_of(amp.DynamicLossScaleManager(1024.0)) == "dynamic:1024"
+
+
+# --- at the first non-finite loss -----------------------------------------------------------------
+
+
+def test_a_hand_written_loop_gets_the_cell_and_a_spec_that_starts_from_the_last_snapshot(tmp_path, capsys):
+    watch = _watch(tmp_path, snapshot_every=10, keep=2)
+    seen = _loop(watch, "O2", 200)
+    first = next(i for i, value in enumerate(seen) if not math.isfinite(value))
+    assert first < BREAKS_BY
+    assert watch.first_nonfinite_step == first
+    assert len(seen) <= first + CHECK_EVERY  # the loop stopped at the next block, not at 200
+    out = tmp_path / "watch"
+
+    report = json.loads((out / "watch.json").read_text())
+    assert report["first_nonfinite_step"] == first
+    assert (report["cell"], report["class"], report["phase"]) == ("magnitude", "Magnitude", "forward")
+    assert report["snapshot_step"] == first // 10 * 10 and Path(report["snapshot"]).is_file()
+    assert report["amp_level"] == "O2" and report["dtype"] == "float16"
+
+    spec = yaml.safe_load((out / "spec.yaml").read_text())
+    parse_spec(spec)  # a valid sweep
+    assert spec["workload"] == watch.workload
+    assert spec["start_from"] == {
+        "checkpoint": f"snapshots/step-{report['snapshot_step']}.ckpt",
+        "step": report["snapshot_step"],
+    }
+    assert (out / spec["start_from"]["checkpoint"]).is_file()
+    assert report["snapshot_step"] + spec["steps"] > first + 100  # reaches past the failure
+    grid = spec["grid"]
+    assert grid["amp_level"] == ["O2", "O0"]
+    assert grid["black_list"] == [[], ["Magnitude"]]
+    assert grid["clip"][0] is None and 1 <= len(grid["clip"]) - 1 <= 2
+    assert len(grid["seed"]) >= 2
+
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"step {first}" in line and "Magnitude" in line and f"ampsweep run {out / 'spec.yaml'}" in line
+
+
+def test_a_nan_before_the_first_snapshot_replays_from_step_zero(tmp_path):
+    # the context manager looks at the last, partial block when the loop ends
+    with _watch(tmp_path, snapshot_every=1000, amp_level="O2") as watch:
+        for step in range(60):
+            watch.step(step, _CountingLoss(math.inf if step >= 53 else 1.0))
+        assert watch.first_nonfinite_step is None  # not looked at yet
+    assert watch.first_nonfinite_step == 53 and watch.stop_requested
+    report = json.loads((tmp_path / "watch" / "watch.json").read_text())
+    assert report["snapshot"] is None and report["snapshot_step"] is None
+    assert report["class"] == "Magnitude"
+    spec = yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text())
+    assert "start_from" not in spec and spec["steps"] > 53
+    parse_spec(spec)
+
+
+def _dataset(steps: int) -> Any:
+    import mindspore.dataset as ds
+
+    from tests.workloads.watch_overflow import batch_at
+
+    return ds.GeneratorDataset(lambda: (batch_at(0, n) for n in range(steps)), ["x", "y"], shuffle=False)
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_model_train_stops_at_the_first_nan_unless_told_not_to(tmp_path, stop):
+    from mindspore.train import Callback, Model
+
+    class Count(Callback):
+        steps = 0
+
+        def on_train_step_end(self, run_context: Any) -> None:
+            Count.steps = run_context.original_args().cur_step_num
+
+    ms.set_seed(0)
+    workload = build_workload(OVERFLOW, 0, {})
+    optimizer = workload.optimizer(workload.network.trainable_params())
+    model = Model(workload.network, workload.loss_fn, optimizer, amp_level="O2", loss_scale_manager=None)
+    watch = _watch(tmp_path, snapshot_every=20, stop=stop)
+    model.train(1, _dataset(150), callbacks=[watch, Count()], dataset_sink_mode=False)
+
+    assert watch.first_nonfinite_step is not None and watch.first_nonfinite_step < BREAKS_BY
+    assert (Count.steps < 150) is stop
+    report = json.loads((tmp_path / "watch" / "watch.json").read_text())
+    assert report["class"] == "Magnitude" and report["amp_level"] == "O2"
+    assert report["snapshot_step"] == watch.first_nonfinite_step // 20 * 20
+    parse_spec(yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text()))
