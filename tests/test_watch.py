@@ -248,3 +248,37 @@ def test_model_train_stops_at_the_first_nan_unless_told_not_to(tmp_path, stop):
     assert report["class"] == "Magnitude" and report["amp_level"] == "O2"
     assert report["snapshot_step"] == watch.first_nonfinite_step // 20 * 20
     parse_spec(yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text()))
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_example_goes_nan_and_the_spec_it_writes_recommends_the_class(tmp_path):
+    """examples/watch_model_train.py: late_softmax in Model.train at O2; then ``ampsweep run`` on its spec."""
+    out = tmp_path / "watch"
+    trained = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "watch_model_train.py"), "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    report = json.loads((out / "watch.json").read_text())
+    assert report["class"] == "ExpSoftmax" and report["phase"] == "forward"
+    assert 800 < report["first_nonfinite_step"] < 2500
+    assert report["snapshot_step"] == report["first_nonfinite_step"] // 100 * 100
+    assert "ampsweep run" in trained.stdout and "ExpSoftmax" in trained.stdout
+
+    ran = subprocess.run(
+        [sys.executable, "-m", "ampsweep", "run", str(out / "spec.yaml"), "--out", str(tmp_path / "runs")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (recommendation,) = (tmp_path / "runs").glob("*/report/recommendation.json")
+    config = json.loads(recommendation.read_text())["config"]
+    assert config["amp_level"] == "O2" and config["black_list"] == ["ExpSoftmax"]
