@@ -35,6 +35,8 @@ from ampsweep.contracts import (
     SearchLog,
     SearchRound,
     encode_search,
+    static_scale_for,
+    underflow_excess,
 )
 from ampsweep.jobs import TrialConfig
 
@@ -46,6 +48,7 @@ from ._result import SweepResult
 from ._search_rules import (
     SeedEvidence,
     is_stable,
+    needs_loss_scaling,
     next_class,
     shrink_decision,
     shrinkable,
@@ -104,7 +107,7 @@ class AdaptiveSearch:
             amp_level=level,
             black_list=tuple(black),
             clip=clip,
-            loss_scale=family.loss_scale if level != FP32_LEVEL else "none",
+            loss_scale=family.effective_loss_scale if level != FP32_LEVEL else "none",
             dtype=family.dtype,
             seed=seed,
             loss_placement=family.loss_placement,
@@ -127,8 +130,11 @@ class AdaptiveSearch:
         out = self.out if target is self.store else self.store.root
         self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config, self.store.snapshot_folder))
 
-    def _evidence(self, store: SweepStore, trials: list[TrialConfig]) -> list[SeedEvidence]:
-        """Each seed's verdict (the analysis' own, the one the report prints) and localized Cell."""
+    def _evidence(
+        self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
+    ) -> list[SeedEvidence]:
+        """Each seed's verdict (the analysis' own, the one the report prints), localized Cell and
+        underflow (the share of gradient values float16 lost, against the seed's FP32 run)."""
         from ampsweep.analysis import trial_verdicts
 
         verdicts = trial_verdicts(store.root)
@@ -136,8 +142,21 @@ class AdaptiveSearch:
         for trial in trials:
             verdict = verdicts[trial.trial_id]
             cell = None if verdict.learns_like_fp32 else store.localized_cell(trial.trial_id)
-            evidence.append(SeedEvidence(trial.seed, verdict, cell))
+            evidence.append(SeedEvidence(trial.seed, verdict, cell, self._underflow(store, family, trial)))
         return evidence
+
+    def _fp32_of(self, family: SearchFamily, seed: int, steps: int | None = None) -> TrialConfig:
+        """The FP32 baseline a probe is judged against: what ``_baselines`` runs for that seed."""
+        return self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL)
+
+    def _underflow(self, store: SweepStore, family: SearchFamily, trial: TrialConfig) -> float | None:
+        fp32_id = self._fp32_of(family, trial.seed, trial.steps).trial_id
+        try:
+            mine = store.trial_row(trial.trial_id, ["underflow_fraction"])["underflow_fraction"]
+            fp32 = store.trial_row(fp32_id, ["zero_fraction"])["zero_fraction"]
+        except (OSError, KeyError, ValueError):
+            return None
+        return underflow_excess(mine, fp32)
 
     def _probe(
         self,
@@ -160,10 +179,13 @@ class AdaptiveSearch:
             clip=clip,
             outcomes={},
             trial_ids=[t.trial_id for t in trials],
+            loss_scale=family.effective_loss_scale,
         )
-        evidence = self._evidence(store, trials)
+        evidence = self._evidence(store, family, trials)
         for seed in evidence:
             probe.outcomes[str(seed.seed)] = seed.verdict.verdict.value
+            if seed.underflow is not None:
+                probe.underflow[str(seed.seed)] = round(seed.underflow, 4)
             if seed.localized is not None:
                 probe.localized.append(seed.localized)
         family.rounds.append(probe)
@@ -182,17 +204,44 @@ class AdaptiveSearch:
         trials = [self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL) for seed in seeds]
         self._run(trials, store)
 
+    def _scale_remedies(self, family: SearchFamily) -> list[str]:
+        """The loss scales to try when gradients underflow: dynamic, and a static 2^k that lifts the
+        FP32 baseline's largest gradient to just below float16's maximum."""
+        absmax = [self.store.gradient_absmax(self._fp32_of(family, seed).trial_id) for seed in self.seeds]
+        known = [a for a in absmax if a is not None]
+        return ["dynamic", static_scale_for(max(known) if known else None)]
+
+    def _try_loss_scaling(
+        self, family: SearchFamily, black: list[str]
+    ) -> tuple[SearchRound, list[SeedEvidence]]:
+        """Probe each loss scale on ``black``; the family keeps the first that is stable (else the first)."""
+        tried = []
+        for scale in self._scale_remedies(family):
+            family.loss_scale_added = scale
+            probe, evidence = self._probe(family, "loss scale", black, self.search_clip)
+            probe.decision = f"loss scale {scale}: {stability_phrase(evidence)}"
+            if is_stable(evidence):
+                return probe, evidence
+            tried.append((scale, probe, evidence))
+        family.loss_scale_added, probe, evidence = tried[0]
+        return probe, evidence
+
     def _grow(self, family: SearchFamily) -> list[str] | None:
         black: list[str] = []
         probe, evidence = self._probe(family, "grow", black, self.search_clip)
         while not is_stable(evidence):
+            scaling = needs_loss_scaling(evidence, family.effective_loss_scale != "none")
+            if scaling is not None:
+                probe.decision = scaling
+                probe, evidence = self._try_loss_scaling(family, black)
+                continue
             step = next_class(black, evidence, self.spec.search_rounds)
             probe.decision = step.decision
             if step.add is None:
                 return None
             black = [*black, step.add]
             probe, evidence = self._probe(family, "grow", black, self.search_clip)
-        probe.decision = stability_phrase(evidence)
+        probe.decision = probe.decision or stability_phrase(evidence)  # a loss-scale probe said its own
         return black
 
     def _shrink(self, family: SearchFamily, black: list[str]) -> list[str]:
@@ -275,6 +324,10 @@ class AdaptiveSearch:
                     probe.decision = stability_phrase(evidence)
             listed = ", ".join(black) if black else "nothing beyond MindSpore's default list"
             family.conclusion = f"minimal FP32 set: {listed}"
+            if family.loss_scale_added:
+                family.conclusion += (
+                    f"; with loss scale {family.loss_scale_added} (gradients underflow without it)"
+                )
             self._save()
             if self.spec.confirm.seeds or self.spec.confirm.steps_factor > 1:
                 self._confirm(family, black)

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ampsweep.contracts import LocalizedCell, TrialVerdict, Verdict, configuration_verdict
+from ampsweep.contracts import UNDERFLOW_EVIDENCE, LocalizedCell, TrialVerdict, Verdict, configuration_verdict
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,12 @@ class SeedEvidence:
     seed: int
     verdict: TrialVerdict
     localized: LocalizedCell | None = None
+    #: share of gradient values float16 lost (``underflow_excess`` against the seed's FP32 run)
+    underflow: float | None = None
+
+    @property
+    def underflowed(self) -> bool:
+        return self.underflow is not None and self.underflow >= UNDERFLOW_EVIDENCE
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,29 @@ def next_class(black: Sequence[str], seeds: Sequence[SeedEvidence], max_classes:
         return GrowStep(None, f"stop: {max_classes} classes added and still unstable (search_rounds)")
     chosen = candidates[0]
     return GrowStep(chosen, f"add {chosen} (named on {named[chosen]} of {len(seeds)} seeds)")
+
+
+def needs_loss_scaling(seeds: Sequence[SeedEvidence], scaled: bool) -> str | None:
+    """Whether the evidence calls for loss scaling rather than a black list; the decision if so.
+
+    Loss scaling is the remedy for a *silent* failure whose gradients float16 lost
+    (underflow): no Cell is broken, the values are too small, and keeping a Cell in
+    FP32 does not bring them back. A non-finite seed, a silent one without
+    underflow evidence, or a family that already scales goes to the black list.
+    """
+    if scaled:
+        return None
+    bad = [s for s in seeds if not s.verdict.learns_like_fp32]
+    if not bad or any(s.verdict.verdict is not Verdict.SILENT for s in bad):
+        return None
+    lost = [s for s in bad if s.underflowed]
+    if len(lost) * 2 <= len(bad):
+        return None
+    shares = ", ".join(f"{s.underflow:.0%}" for s in lost)
+    return (
+        f"loss scaling: silent on {len(bad)} of {len(seeds)} seeds with {shares} of the gradient values "
+        "lost to float16's range (underflow), so a black list cannot help"
+    )
 
 
 def shrinkable(black: Sequence[str]) -> bool:

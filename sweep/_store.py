@@ -9,6 +9,7 @@ debris and is replaced.
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable
@@ -145,6 +146,17 @@ class SweepStore:
         """
         table = pq.read_table(self.path(trial_row_path(trial_id)), columns=columns, filesystem=self.fs)
         return table.slice(0, 1).to_pylist()[0]
+
+    def gradient_absmax(self, trial_id: str) -> float | None:
+        """The largest finite gradient element its sampled steps saw (``layers.grad_absmax``)."""
+        try:
+            column = pq.read_table(
+                self.path(part_path("layers", trial_id)), columns=["grad_absmax"], filesystem=self.fs
+            ).column("grad_absmax")
+        except (FileNotFoundError, OSError, pa.ArrowException):
+            return None
+        values = [v for v in column.to_pylist() if v is not None and math.isfinite(v)]
+        return max(values) if values else None
 
     def localized_cell(self, trial_id: str) -> LocalizedCell | None:
         """The Cell the trial's localization replay named (its ``anomalies`` row), if any."""

@@ -78,3 +78,27 @@ def test_a_workload_it_has_never_seen(tmp_path):
         },
     )
     _check(root, ["LogSumExpLoss"])
+
+
+def test_gradients_that_underflow_get_loss_scaling_not_a_black_list(tmp_path):
+    # no loss_scale axis in the grid: the search adds scaling because the gradients underflow
+    root = _search(
+        tmp_path,
+        "search-underflow",
+        "ampsweep.jobs.workloads.tiny_loss:make",
+        150,
+        [0, 1],
+        grid={"amp_level": ["O2"], "clip": [None], "seed": [0, 1]},
+    )
+    family = decode_search((root / SEARCH_FILE).read_text()).families[0]
+    grow = family.rounds[0]
+    assert set(grow.outcomes.values()) == {"silent"} and "loss scaling" in grow.decision
+    assert min(grow.underflow.values()) > 0.5, grow.underflow
+    assert family.minimal_black_list == [], "no extra class in FP32"
+    assert family.loss_scale_added in {"dynamic"} | {f"static:{2**k}" for k in range(1, 25)}
+    assert family.confirmed is True, family.confirmation
+    from ampsweep.analysis import analyze
+
+    best = analyze(root).recommended
+    assert best is not None and best["amp_level"] == "O2" and best["loss_scale"] != "none"
+    assert tuple(best["black_list"]) == ()

@@ -19,10 +19,11 @@ from ampsweep.contracts import (
     configuration_verdict,
     decode_search,
     encode_search,
+    static_scale_for,
     steps_to_target,
     trial_verdict,
 )
-from ampsweep.sweep._search_rules import SeedEvidence, is_stable, next_class, shrinkable
+from ampsweep.sweep._search_rules import SeedEvidence, is_stable, needs_loss_scaling, next_class, shrinkable
 
 FP32 = LearningEvidence(final_loss=0.5, reached_target=True, start_loss=2.5)
 
@@ -188,3 +189,37 @@ def test_the_streaming_scan_and_the_contracts_agree_on_steps_to_target():
         expected = steps_to_target(loss, target)
         got = acc.result()["steps_to_target"]
         assert (math.isnan(got) and expected is None) or got == expected
+
+
+def _measured(seed: int, verdict: str, underflow: float | None = None, cell: str | None = None) -> SeedEvidence:
+    localized = LocalizedCell(cell.lower(), cell, "forward") if cell else None
+    return SeedEvidence(seed, TrialVerdict(Verdict(verdict)), localized, underflow)
+
+
+def test_a_silent_failure_with_underflow_asks_for_loss_scaling_not_a_black_list():
+    seeds = [_measured(0, "silent", 0.97), _measured(1, "silent", 0.95)]
+    decision = needs_loss_scaling(seeds, scaled=False)
+    assert decision is not None and "underflow" in decision and "97%" in decision
+    assert needs_loss_scaling(seeds, scaled=True) is None, (
+        "a family that already scales goes on to black lists"
+    )
+
+
+@pytest.mark.parametrize(
+    "seeds",
+    [
+        [_measured(0, "silent", 0.01, "FeatureNorm"), _measured(1, "silent", 0.0, "FeatureNorm")],  # no underflow
+        [_measured(0, "diverged", 0.9, "ExpSoftmax"), _measured(1, "silent", 0.9)],  # a NaN: black-list first
+        [_measured(0, "stable", 0.0), _measured(1, "stable", 0.0)],
+        [_measured(0, "silent", None), _measured(1, "silent", None)],  # not measured
+    ],
+)
+def test_other_evidence_does_not_ask_for_loss_scaling(seeds):
+    assert needs_loss_scaling(seeds, scaled=False) is None
+
+
+def test_the_static_scale_lifts_the_largest_gradient_to_below_float16s_maximum():
+    assert static_scale_for(1.0) == "static:16384"  # 65504 / 2 = 2^14.999 -> 2^14
+    assert static_scale_for(1e-6) == f"static:{2**24}", "capped at 2^24"
+    assert static_scale_for(1e6) == "static:2", "at least 2^1"
+    assert static_scale_for(None) == "static:65536" and static_scale_for(math.nan) == "static:65536"

@@ -46,7 +46,13 @@ from ._layout import (
     trial_folder,
     trial_row_path,
 )
-from ._loss_scale import DYNAMIC_SCALE_WINDOW, LOSS_SCALE_ALLOWED, LossScale, parse_loss_scale
+from ._loss_scale import (
+    DYNAMIC_SCALE_WINDOW,
+    LOSS_SCALE_ALLOWED,
+    LossScale,
+    parse_loss_scale,
+    static_scale_for,
+)
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, parse_reference
 from ._search import (
@@ -132,6 +138,7 @@ __all__ = [
     "start_loss",
     "is_data_file",
     "parse_loss_scale",
+    "static_scale_for",
     "parse_reference",
     "part_path",
     "partition_value",

@@ -41,3 +41,24 @@ def parse_loss_scale(text: str) -> LossScale:
     if number is not None and not (math.isfinite(number) and number > 0):
         raise ValueError(f"loss_scale {text!r}: the scale must be a finite number > 0")
     return LossScale(kind, number)
+
+
+#: The largest static scale the search proposes (2^24, float16's own dynamic range); the
+#: loss times the scale must stay finite in float16 too.
+MAX_STATIC_EXPONENT = 24
+
+
+def static_scale_for(grad_absmax: float | None, headroom: float = 2.0) -> str:
+    """A static loss scale ``static:2^k`` for gradients whose largest magnitude is ``grad_absmax``.
+
+    The largest power of two that keeps ``grad_absmax * 2^k`` a factor
+    ``headroom`` below float16's maximum (65504), so the small values rise into
+    float16's range and the large ones do not overflow; between 2^1 and 2^24.
+    Unknown magnitudes give MindSpore's default 2^16.
+    """
+    if grad_absmax is None or not math.isfinite(grad_absmax) or grad_absmax <= 0:
+        exponent = 16
+    else:
+        exponent = math.floor(math.log2(65504.0 / (headroom * grad_absmax)))
+    exponent = min(max(exponent, 1), MAX_STATIC_EXPONENT)
+    return f"static:{2.0**exponent:.0f}"

@@ -44,13 +44,16 @@ class SearchRound:
     """One probe of the search: a black list, run on every seed."""
 
     round: int
-    phase: str  # baseline | grow | shrink | clip | confirm
+    phase: str  # baseline | grow | loss scale | shrink | clip | confirm
     black_list: list[str]
     clip: float | None
     outcomes: dict[str, str]  # seed -> stable | diverged | silent | failed
     localized: list[LocalizedCell] = field(default_factory=list)  # one per unstable seed the replay named
     decision: str = ""
     trial_ids: list[str] = field(default_factory=list)
+    loss_scale: str = "none"  # what its mixed-precision trials ran with
+    #: seed -> the share of gradient values float16 lost (``underflow_excess``), where measured
+    underflow: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +69,13 @@ class SearchFamily:
     conclusion: str = ""
     confirmed: bool | None = None  # None: no confirmation ran
     confirmation: str = ""
+    #: the loss scale the search added because the evidence showed underflow (None: the grid's own)
+    loss_scale_added: str | None = None
+
+    @property
+    def effective_loss_scale(self) -> str:
+        """The loss scale its mixed-precision probes run with."""
+        return self.loss_scale_added or self.loss_scale
 
 
 @dataclass
