@@ -74,6 +74,13 @@ EXPECTED: dict[str, list[str]] = {
         "Compiles vs distinct (worker, graph) pairs",
         "### Where the start-up goes (demo)",
     ],
+    "bench_watch": [
+        "## Watch: cost on a healthy run, and NaN to spec (bench_watch)",
+        "without Watch (**baseline**)",
+        "**With / without Watch, `model.train` wall:",
+        "**Watch's own time per step:",
+        "**NaN to spec:",
+    ],
     "bench_vs_tune": [
         "## Against Ray Tune (bench_vs_tune)",
         "End-to-end wall time",
@@ -114,6 +121,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
         "bench_capture",
         "bench_compiles",
         "bench_localize",
+        "bench_watch",
         "bench_analysis",
     ]
     futures = {name: pool.submit(_run_tiny, name, out_dir) for name in order if name not in SKIPPED}
