@@ -481,6 +481,7 @@ def test_write_report_files(tmp_path: Path) -> None:
         "report.md",
         "report.html",
         "recommendation.json",
+        "failure.png",  # a configuration diverged: report.md shows the failure
     }
     top = analysis.top_configs(root, n=2)
     assert len(top) == 2 and list(top["rank"]) == [1, 2]

@@ -81,6 +81,10 @@ PINNED = {
         ("rel_error", "double"),
         ("zero_fraction", "double"),
         ("note", "string"),
+        ("input_max_abs", "double"),
+        ("inner_op", "string"),
+        ("inner_max_abs", "double"),
+        ("intermediate_max_abs", "double"),
     ],
 }
 SCHEMAS = {
