@@ -32,6 +32,7 @@ from ampsweep.contracts import (
     TrialVerdict,
     Verdict,
     trial_verdict,
+    underflow_excess,
 )
 
 from ._load import load_trials
@@ -164,6 +165,7 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
         scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(steps["median_step_ms"] > 0)
     scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
     scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
+    scores["underflow"] = _underflow(scores, _baseline_finals(trials, _column(trials, "zero_fraction")))
     scores["fp32_start"] = baseline_start
     scores["fp32_spread"] = spread
     verdicts = _verdicts(scores, baseline_final)
@@ -190,6 +192,22 @@ def _fp32_reached(scores: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=scores.index, dtype="object")
 
 
+def _column(trials: pd.DataFrame, name: str) -> pd.Series:
+    """A float column of the trials table; NaN where a sweep written before it existed has none."""
+    if name not in trials.columns:
+        return pd.Series(np.nan, index=trials.index, dtype="float64")
+    return trials[name].astype("float64")
+
+
+def _underflow(scores: pd.DataFrame, fp32_zero: pd.Series) -> pd.Series:
+    """Each trial's ``underflow_excess``: gradient values float16 lost, beyond its FP32 run's own zeros."""
+    values = [
+        underflow_excess(_number(mine), _number(zeros))
+        for mine, zeros in zip(_column(scores, "underflow_fraction"), fp32_zero)
+    ]
+    return pd.Series([np.nan if v is None else v for v in values], index=scores.index, dtype="float64")
+
+
 def _number(value: object) -> float | None:
     return None if pd.isna(value) else float(value)  # type: ignore[arg-type]
 
@@ -198,8 +216,9 @@ def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerd
     """Each trial's verdict (``ampsweep.contracts.trial_verdict``) against its seed's FP32 run."""
     fp32_reached = _fp32_reached(scores)
     out = []
-    for outcome, final, start, to_target, target, fp32_final, fp32_start, spread, reached in zip(
+    for outcome, rows, final, start, to_target, target, fp32_final, fp32_start, spread, reached in zip(
         scores["outcome"],
+        scores["step_rows"],
         scores["final"],
         scores["start_loss_steps"],
         scores["steps_to_target"],
@@ -211,7 +230,8 @@ def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerd
     ):
         trial = LearningEvidence(
             final_loss=_number(final),
-            reached_target=None if pd.isna(target) else bool(pd.notna(to_target)),
+            # a trial whose steps were not scanned (an equivalent duplicate) has no steps_to_target
+            reached_target=None if pd.isna(target) or pd.isna(rows) else bool(pd.notna(to_target)),
             start_loss=_number(start),
         )
         fp32 = (

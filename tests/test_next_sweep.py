@@ -1,0 +1,74 @@
+"""A sweep without an answer says why and writes the next spec: loss scaling, a black list, or a search."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ampsweep.analysis._model import Localization
+from ampsweep.analysis._next_sweep import diagnose, next_spec
+
+
+def _scores(verdict: str, underflow: float, loss_scale: str = "none") -> pd.DataFrame:
+    rows = []
+    for seed in (0, 1, 2):
+        rows.append(("O0", (), "stable", 0.0, True, 2e-6, seed, "none"))
+        for black in ((), ("Dense",)):
+            rows.append(("O2", black, verdict, underflow, False, 0.0, seed, loss_scale))
+    columns = [
+        "amp_level",
+        "black_list",
+        "verdict",
+        "underflow",
+        "reference",
+        "max_grad_norm",
+        "seed",
+        "loss_scale",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    frame["ranked"] = True
+    return frame
+
+
+def _cell(cls: str = "ExpSoftmax", kind: str = "nonfinite") -> Localization:
+    return Localization(
+        kind, "softmax", cls, "forward", (0, 1), 2, 1400.0, "float16", "float16", 1.0, 1.0, None, None
+    )
+
+
+def test_silent_trials_whose_gradients_float16_lost_get_loss_scaling():
+    sweep = diagnose(_scores("silent", 0.98), None)
+    assert sweep.cause == "underflow" and "underflow" in sweep.why and "98%" in sweep.why
+    scales = sweep.grid["loss_scale"]
+    assert scales[0] == "dynamic" and scales[1].startswith("static:")
+    assert int(scales[1].split(":")[1]) > 2**16, "tiny FP32 gradients call for a large static scale"
+
+
+def test_a_localized_cell_without_underflow_is_kept_in_fp32_on_top_of_every_list():
+    sweep = diagnose(_scores("silent", 0.01), _cell("FeatureNorm", "departure"))
+    assert sweep.cause == "overflow" and "FeatureNorm" in sweep.why
+    assert sweep.grid["black_list"] == [[], ["Dense"], ["FeatureNorm"], ["Dense", "FeatureNorm"]]
+
+
+def test_diverged_trials_with_underflow_numbers_still_go_to_the_black_list():
+    sweep = diagnose(_scores("diverged", 0.9), _cell())
+    assert sweep.cause == "overflow" and sweep.grid["black_list"][-1] == ["Dense", "ExpSoftmax"]
+
+
+def test_nothing_to_go_on_is_an_adaptive_search_with_localization():
+    sweep = diagnose(_scores("diverged", 0.0), None)
+    assert sweep.cause == "no_learning" and sweep.search == "adaptive"
+
+
+def test_the_next_spec_is_the_sweeps_own_with_the_change_and_a_new_name():
+    spec = {
+        "name": "uf",
+        "workload": "w.py:make",
+        "steps": 150,
+        "grid": {"amp_level": ["O0", "O2"], "seed": [0]},
+    }
+    out = next_spec(spec, diagnose(_scores("silent", 0.98), None))
+    assert out["name"] == "uf-next" and out["steps"] == 150 and out["workload"] == "w.py:make"
+    assert out["grid"]["amp_level"] == ["O0", "O2"] and out["grid"]["loss_scale"][0] == "dynamic"
+    assert spec["grid"] == {"amp_level": ["O0", "O2"], "seed": [0]}, "the sweep's own spec is left alone"
+    searched = next_spec(spec, diagnose(_scores("diverged", 0.0), None))
+    assert searched["search"] == "adaptive" and searched["localize"] is True
