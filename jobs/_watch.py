@@ -134,7 +134,8 @@ class Watch:
 
     @property
     def snapshots(self) -> list[Snapshot]:
-        """The snapshots kept now, oldest first."""
+        """The snapshots kept now, oldest first (waits for the one being written)."""
+        self._ring.wait()
         return list(self._ring.snapshots)
 
     # --- a hand-written loop -----------------------------------------------------------------
@@ -185,6 +186,7 @@ class Watch:
     ) -> None:
         if kind is None:
             self.check()  # the last block's losses
+        self._ring.wait()
 
     # --- Model.train ------------------------------------------------------------------------
 
@@ -202,12 +204,14 @@ class Watch:
         loss = params.net_outputs
         if isinstance(loss, (tuple, list)):  # a loss-scale cell returns (loss, overflow, scale)
             loss = loss[0]
-        self.step(int(params.cur_step_num) - 1, loss, params.network, params.optimizer)
-        if self.stop_requested:
+        if self._network is None:  # on_train_begin took them; a Model that did not say
+            self._network, self._optimizer = params.network, params.optimizer
+        if self.step(params.cur_step_num - 1, loss):
             run_context.request_stop()
 
     def on_train_end(self, run_context: Any) -> None:
         self.check()
+        self._ring.wait()
 
     # --- the first non-finite loss ------------------------------------------------------------
 

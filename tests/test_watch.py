@@ -142,9 +142,9 @@ def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
     watch = _watch(tmp_path, snapshot_every=5, keep=2)
     seen = _loop(watch, "O0", 27)
     assert len(seen) == 27 and watch.first_nonfinite_step is None
+    assert [s.step for s in watch.snapshots] == [20, 25]  # and on disk, written in the background
     files = sorted(p.name for p in (tmp_path / "watch" / "snapshots").iterdir())
     assert files == ["step-20.ckpt", "step-25.ckpt"]
-    assert [s.step for s in watch.snapshots] == [20, 25]
     params = read_checkpoint((tmp_path / "watch" / "snapshots" / "step-25.ckpt").read_bytes())
     # what the start_from: {checkpoint:} loader needs: the network, Adam's state, global_step
     assert {"fc1.weight", "moment1.fc1.weight", "beta1_power", "global_step"} <= set(params)
