@@ -282,3 +282,19 @@ def test_the_example_goes_nan_and_the_spec_it_writes_recommends_the_class(tmp_pa
     (recommendation,) = (tmp_path / "runs").glob("*/report/recommendation.json")
     config = json.loads(recommendation.read_text())["config"]
     assert config["amp_level"] == "O2" and config["black_list"] == ["ExpSoftmax"]
+
+
+def test_a_replay_that_catches_nothing_says_so_and_lets_the_search_find_the_black_list(tmp_path):
+    # at lr 0.01 the factory's run never reaches float16's edge: its data is not the run that broke
+    with _watch(
+        tmp_path, snapshot_every=1000, amp_level="O2", workload_args={"learning_rate": 0.01}
+    ) as watch:
+        for step in range(8):
+            watch.step(step, _CountingLoss(math.nan if step >= 5 else 1.0))
+    report = json.loads((tmp_path / "watch" / "watch.json").read_text())
+    assert report["first_nonfinite_step"] == 5
+    assert report["cell"] is None and report["class"] is None and "stayed finite" in report["note"]
+    spec = yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text())
+    assert spec["search"] == "adaptive" and "black_list" not in spec["grid"]
+    assert spec["workload_args"] == {"learning_rate": 0.01}
+    parse_spec(spec)
