@@ -25,6 +25,7 @@ from ampsweep.contracts import FP32_LEVEL
 from . import _classes as cls
 from ._anomalies import _dtype, _num, inner_sentence, overflowed_inside
 from ._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
+from ._next_sweep import NEXT_SPEC_FILE
 
 
 def change_text(config: dict[str, Any], placement: bool = False) -> str:
@@ -110,6 +111,12 @@ def answer_lines(
         return (rec.headline,)
     if rec.status == STATUS_RECOMMENDED and rec.config:
         first = change_text(rec.config, placement) + "."
+        why = cause_text(rec)
+    elif rec.next_sweep is not None:
+        # no answer, but the evidence says what the grid lacked: that is the change to make next
+        first = f"Keep FP32 (O0) for now; next, {rec.next_sweep.change} (report/{NEXT_SPEC_FILE})."
+        why = f"Why: {rec.next_sweep.why}."
     else:
         first = "Keep FP32 (O0): no mixed-precision configuration was stable on every seed."
-    return tuple(line for line in (first, cause_text(rec), confidence_text(rec, ranking, n_trials)) if line)
+        why = cause_text(rec)
+    return tuple(line for line in (first, why, confidence_text(rec, ranking, n_trials)) if line)

@@ -33,6 +33,7 @@ from ._model import (
     Recommendation,
 )
 from ._neighbours import config_dict, neighbours, row_facts, summary
+from ._next_sweep import NEXT_SPEC_FILE, diagnose
 from ._placement import placement_notes
 from ._rank import clip_phrase, progress_phrase, runs, seed_picks
 
@@ -336,6 +337,7 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
     if fp32 is not None:
         statements.append(f"FP32 ({fp32['config_id']}): {summary(fp32)}")
     cell = culprit(ranking, None)
+    following = diagnose(scores, cell)
     return Recommendation(
         device_kind=kind,
         status=STATUS_NO_STABLE,
@@ -348,9 +350,13 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
             {"closest": closest, "fp32": None if fp32 is None else row_facts(fp32), "statements": statements}
         ),
         undecided=_dimension_gaps(ranking, scores, None),
-        next_steps=next_steps(ranking, scores, cell),
+        next_steps=[
+            f"{following.change} (ready to run: `report/{NEXT_SPEC_FILE}`)",
+            *next_steps(ranking, scores, cell),
+        ],
         code=None if fp32 is None else snippets(fp32),
         localization=cell,
+        next_sweep=following,
     )
 
 

@@ -12,7 +12,7 @@ and binned by ``analyze``, so drawing them reads no file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -64,6 +64,10 @@ class Localization:
     inner_max_abs: float | None = None
 
 
+if TYPE_CHECKING:
+    from ._next_sweep import NextSweep
+
+
 @dataclass
 class Recommendation:
     """One device kind's answer: the change to make, with its evidence.
@@ -101,6 +105,8 @@ class Recommendation:
     #: ("Use O2, keep ExpSoftmax in FP32, clip 1.0"), why (the localized Cell, in a
     #: sentence), and how sure (seeds, trials); see :mod:`analysis._answer`
     answer: tuple[str, ...] = ()
+    #: no answer: what the sweep lacked and the next sweep to run (``analysis._next_sweep``)
+    next_sweep: NextSweep | None = None
 
     @property
     def text(self) -> str:

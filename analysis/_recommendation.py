@@ -40,6 +40,9 @@ Schema ``ampsweep.recommendation/1``::
       "seeds_total": int,                 #   the configs stable on every seed (0 when not recommended)
       "seed_picks": [{"seed": int | null, "config_id": str, "agrees": bool}],
       "undecided": [str],                 # what the sweep could not decide (gaps in the grid, seed noise)
+      "next_sweep": {"cause": "underflow"|"overflow"|"no_learning", "why": str, "change": str,
+                     "grid": {...}, "search": str|null, "spec": "next-spec.yaml"} | null,
+                                          # no_stable_config: what the sweep lacked; the spec beside report.md
       "next_steps": [str],                # no_stable_config: what to try next; otherwise []
       "code": Code | null,                # the recommended config; the FP32 fallback when none is stable
       "localization": Localization | null,   # the Cell that goes wrong without the change (anomalies)
@@ -105,6 +108,7 @@ from typing import Any
 from ._anomalies import localization_phrase
 from ._evidence import clean
 from ._model import STATUS_NO_STABLE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, Recommendation, SweepAnalysis
+from ._next_sweep import NEXT_SPEC_FILE
 
 SCHEMA = "ampsweep.recommendation/1"
 STATUS_PARTIAL = "partial"
@@ -137,6 +141,9 @@ def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
             "loss_placement": rec.loss_placement,
             "notes": rec.notes,
             "answer": list(rec.answer),
+            "next_sweep": None
+            if rec.next_sweep is None
+            else {**rec.next_sweep.as_dict(), "spec": NEXT_SPEC_FILE},
         }
     )
 

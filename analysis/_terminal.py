@@ -26,6 +26,7 @@ import pandas as pd
 
 from ._configs import CONFIG_KEYS
 from ._model import SweepAnalysis
+from ._next_sweep import NEXT_SPEC_FILE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -162,6 +163,9 @@ def render_terminal(
         console.print(Text(line), overflow="fold")
     if report_path is not None:
         console.print(Text(f"Report: {Path(report_path).with_name('report.html')}"), overflow="fold")
+        following = Path(report_path).with_name(NEXT_SPEC_FILE)
+        if following.exists():
+            console.print(Text(f"Next sweep: ampsweep run {following}"), overflow="fold")
     if not result.ranking.empty:
         console.print()
         console.print(terminal_table(result, top))

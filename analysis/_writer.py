@@ -3,7 +3,9 @@
 ``report/`` holds ``ranking.csv`` (every configuration, fixed columns),
 ``report.md`` (the answer, evidence, ranking, failures, rules),
 ``report.html`` (the same plus figures, one self-contained file),
-``failure.png`` (the failure figure report.md shows, when a configuration broke) and
+``failure.png`` (the failure figure report.md shows, when a configuration broke),
+``next-spec.yaml`` (when no mixed-precision configuration learns like FP32: the
+sweep's own spec with what it lacked added, ``analysis._next_sweep``) and
 ``recommendation.json`` (the recommendation as data, schema in
 :mod:`analysis._recommendation`). Files are written to a temporary name and
 renamed into place, as everything else in a sweep folder is, so a reader
@@ -17,6 +19,10 @@ import os
 import tempfile
 from pathlib import Path
 
+import yaml
+
+from ampsweep.contracts import SPEC_FILE
+
 from ._analyze import analyze
 from ._csv import ranking_csv
 from ._figures import failure_figure
@@ -24,6 +30,7 @@ from ._html import render_html
 from ._load import resolve
 from ._markdown import render_markdown
 from ._model import SweepAnalysis
+from ._next_sweep import NEXT_SPEC_FILE, next_spec
 from ._recommendation import recommendation_json
 from ._text import failure_file
 
@@ -67,6 +74,23 @@ def write_report(
         image = failure_figure(kind.figures.failure if kind.figures else None, f"k{index}")
         if image is not None:  # report.md shows it as a file beside itself
             _atomic_write_bytes(target / failure_file(index), base64.b64decode(image.png_base64))
+    following = next(
+        (k.recommendation.next_sweep for k in analysis.kinds if k.recommendation.next_sweep), None
+    )
+    spec = _sweep_spec(sweep_dir) if following is not None else None
+    if following is not None and spec is not None:
+        text = yaml.safe_dump(next_spec(spec, following), sort_keys=False)
+        _atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
     report = target / "report.md"
     _atomic_write(report, render_markdown(analysis))
     return report
+
+
+def _sweep_spec(sweep_dir: str | Path) -> dict | None:
+    """The resolved spec the sweep ran (``spec.yaml`` in its folder); None when there is none."""
+    loc = resolve(sweep_dir)
+    if not loc.exists(SPEC_FILE):
+        return None
+    with loc.fs.open_input_stream(loc.join(SPEC_FILE)) as stream:
+        spec = yaml.safe_load(stream.read().decode())
+    return spec if isinstance(spec, dict) else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from ampsweep.analysis._model import Localization
 from ampsweep.analysis._next_sweep import diagnose, next_spec
@@ -72,3 +73,30 @@ def test_the_next_spec_is_the_sweeps_own_with_the_change_and_a_new_name():
     assert spec["grid"] == {"amp_level": ["O0", "O2"], "seed": [0]}, "the sweep's own spec is left alone"
     searched = next_spec(spec, diagnose(_scores("diverged", 0.0), None))
     assert searched["search"] == "adaptive" and searched["localize"] is True
+
+
+@pytest.mark.slow
+def test_a_grid_without_a_scale_axis_names_loss_scaling_and_its_next_spec_answers(tmp_path):
+    import yaml
+
+    from ampsweep.analysis import analyze, write_report
+    from ampsweep.sweep import RunConfig, Sweep
+
+    spec = {
+        "name": "underflow",
+        "workload": "ampsweep.jobs.workloads.tiny_loss:make",
+        "steps": 120,
+        "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Dense"]], "clip": [None], "seed": [0, 1]},
+    }
+    Sweep(spec).run(tmp_path, RunConfig(workers=2, progress=False))
+    root = tmp_path / "underflow"
+    rec = analyze(root).kinds[0].recommendation
+    assert rec.config is None or rec.config["amp_level"] == "O0", "never O2 without scaling"
+    assert rec.next_sweep is not None and rec.next_sweep.cause == "underflow"
+    assert "loss scaling" in rec.answer[0]
+    report = write_report(root)
+    following = yaml.safe_load((report.parent / "next-spec.yaml").read_text())
+    assert "dynamic" in following["grid"]["loss_scale"]
+    Sweep(following).run(tmp_path, RunConfig(workers=2, progress=False))
+    best = analyze(tmp_path / following["name"]).recommended
+    assert best is not None and best["amp_level"] == "O2" and best["loss_scale"] != "none"
