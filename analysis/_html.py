@@ -32,20 +32,23 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1300px;
-       padding: 0 1.5em; color: #1d1d1f; }
+       padding: 0 1.5em; color: #1d1d1f; overflow-wrap: anywhere; }
 h1 { font-size: 1.6em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: .2em; }
 code, pre { font: 12.5px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-pre { background: #f6f8fa; border: 1px solid #e1e4e8; border-radius: 6px; padding: .8em 1em; overflow-x: auto; }
+pre { background: #f6f8fa; border: 1px solid #e1e4e8; border-radius: 6px; padding: .8em 1em; overflow-x: auto;
+      max-width: 100%; box-sizing: border-box; overflow-wrap: normal; }
 p.verdict { font-size: 1.15em; padding: .6em .9em; border-left: 4px solid #2da44e; background: #f0fff4; }
 p.verdict.none { border-color: #cf222e; background: #fff5f5; }
+div.table { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; font-size: 12.5px; }
 table.ranking { width: 100%; }
-table th, table td { border: 1px solid #d0d7de; padding: 3px 6px; vertical-align: top; }
-table th { background: #f6f8fa; position: sticky; top: 0; }
+table th, table td { border: 1px solid #d0d7de; padding: 3px 6px; vertical-align: top; overflow-wrap: break-word; }
+table th { background: #f6f8fa; }
 table.ranking tr.recommended td { background: #e6ffec; }
 table.ranking tr.baseline td { background: #f6f8fa; }
-table.ranking td.rule { font-size: 11.5px; color: #444; min-width: 20em; }
-figure { margin: 1.5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+table.ranking td.rule { font-size: 11.5px; color: #444; min-width: 20em; overflow-wrap: anywhere; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+img, svg { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: 12.5px; }
 """
 
@@ -71,8 +74,11 @@ def _table(block: Table) -> str:
         )
         body.append(f'<tr class="{role}">{tds}</tr>' if role else f"<tr>{tds}</tr>")
     cls = f' class="{block.role}"' if block.role else ""
+    # the box scrolls sideways if a table is still too wide; the page itself never does
     return (
-        f"<table{cls}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
+        f'<div class="table"><table{cls}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+        + "\n".join(body)
+        + "\n</tbody>\n</table></div>"
     )
 
 

@@ -4,13 +4,15 @@ The Chromium test is the one place where "self-contained" and "no console
 errors" are checked by a real browser: the page carries a
 Content-Security-Policy that forbids every network fetch, and Chromium logs a
 blocked fetch (or any script error) as a console message, which the test
-reads from stderr. It is skipped only when no Chromium binary exists.
+reads from stderr. A second look, in a 1280 x 800 window, checks that the page
+never scrolls sideways. Both are skipped only when no Chromium binary exists.
 """
 
 from __future__ import annotations
 
 import ast
 import html
+import json
 import os
 import re
 import shutil
@@ -27,6 +29,12 @@ from tests.test_analysis import CURVE, STEPS, write_trial
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert('x')</script>"
+#: where a real MindSpore error points: one unbroken word far wider than a laptop screen
+LONG_PATH = (
+    "/home/jenkins/agent-working-dir/workspace/executor0/mindspore/mindspore/ccsrc/plugin/device/"
+    "ascend/kernel/aicore/aicore_kernel_build.cc:512:CompileKernelMod_Fused_Cast_LayerNorm_fusion_"
+    "12345678901234567890_kernel0.json"
+)
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -74,7 +82,7 @@ def build_hostile_sweep(root: Path) -> None:
             black_list=["Other"],
             seed=seed,
             outcome="failed",
-            error=f"RuntimeError: bad layer {EVIL}",
+            error=f"RuntimeError: bad layer {EVIL} at {LONG_PATH}",
             **common,
         )
     part = root / "layers" / "trial_id=div-0"
@@ -123,22 +131,24 @@ def test_html_is_self_contained_and_escaped(report: Path) -> None:
         assert f'alt="{name}"' in text
 
 
-def test_html_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
+def run_chromium(page: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Open ``page`` in a fresh headless Chromium profile (skips the test when there is no Chromium)."""
     binary = chromium()
     if binary is None:
         pytest.skip("no Chromium binary (install `chromium`; `make test` in CI does)")
-    url = report.resolve().as_uri()
-    env = {**os.environ, "HOME": str(tmp_path)}
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    return subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, page.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
 
+
+def test_html_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        profile = tmp_path / f"profile-{len(extra)}-{extra[0][2:8]}"
-        return subprocess.run(
-            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=env,
-        )
+        return run_chromium(report, tmp_path, *extra)
 
     dom = run("--dump-dom")
     assert dom.returncode == 0, dom.stderr[-3000:]
@@ -158,6 +168,46 @@ def test_html_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None
     assert pic.returncode == 0, pic.stderr[-3000:]
     assert shot.is_file() and shot.stat().st_size > 50_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: appended to a copy of the page: once it has loaded (figures included), measure the
+#: layout and leave the numbers on <html>, where ``--dump-dom`` shows them
+MEASURE = """<script>
+addEventListener("load", () => {
+  const root = document.documentElement, width = root.clientWidth;
+  const sticksOut = (e) => e.getBoundingClientRect().right > width + 0.5;
+  const culprits = [...document.body.querySelectorAll("*")]
+    .filter((e) => sticksOut(e) && !sticksOut(e.parentElement))
+    .map((e) => `<${e.tagName.toLowerCase()} class="${e.className}"> ends at ${Math.round(e.getBoundingClientRect().right)} px`);
+  scrollTo(100000, 0);
+  root.dataset.layout = JSON.stringify({
+    innerWidth: innerWidth, clientWidth: width, scrollWidth: root.scrollWidth, scrollX: scrollX, culprits: culprits,
+  });
+});
+</script>"""
+
+
+def test_html_fits_a_1280_px_window(report: Path, tmp_path: Path) -> None:
+    """On a 1280 x 800 laptop window the page never scrolls sideways: a long error path
+    wraps, and a wide table or code block scrolls inside its own box."""
+    text = report.read_text(encoding="utf-8")
+    assert LONG_PATH in text  # the page does carry a word far wider than the window
+    # the page itself runs no script; its copy may run the measuring one, and nothing else
+    copy = tmp_path / "measured.html"
+    allowed = text.replace("default-src 'none'", "default-src 'none'; script-src 'unsafe-inline'", 1)
+    copy.write_text(allowed.replace("</body>", MEASURE + "\n</body>", 1), encoding="utf-8")
+
+    dom = run_chromium(copy, tmp_path, "--window-size=1280,800", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-3000:]
+    found = re.search(r'<html[^>]* data-layout="([^"]*)"', dom.stdout)
+    assert found is not None, "the measuring script did not run:\n" + dom.stderr[-3000:]
+    layout = json.loads(html.unescape(found.group(1)))
+    assert layout["innerWidth"] == 1280, layout  # the window really is 1280 px wide
+    assert layout["scrollWidth"] <= layout["clientWidth"], (
+        f"the page is {layout['scrollWidth']} px wide in a {layout['clientWidth']} px window:\n"
+        + "\n".join(layout["culprits"])
+    )
+    assert layout["scrollX"] == 0, layout  # scrolling right goes nowhere
 
 
 #: the renderers and what they draw with: formatting only, so no reader may be imported
