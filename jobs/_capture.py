@@ -7,9 +7,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ampsweep.contracts import LAYERS_SCHEMA, STEPS_SCHEMA
+from ampsweep.contracts import FLOAT16_MAX, FP32_LEVEL, LAYERS_SCHEMA, STEPS_SCHEMA
 
 from ._config import TrialConfig
+
+
+def loss_ok(config: TrialConfig, loss: np.ndarray) -> np.ndarray:
+    """Per step, whether the loss is a real number: finite, and under float16 not at ±65504.
+
+    On a chip that saturates, a float16 loss that overflowed reads 65504 instead
+    of inf; a trial computing in float16 counts that value as an overflow.
+    """
+    loss = np.asarray(loss, dtype=np.float64)
+    ok = np.isfinite(loss)
+    if config.amp_level != FP32_LEVEL and config.dtype == "float16":
+        ok &= np.abs(loss) != FLOAT16_MAX
+    return ok
 
 
 def is_clipped(grad_norm: np.ndarray, clip: float | None) -> np.ndarray:
@@ -34,7 +47,7 @@ def steps_table(config: TrialConfig, metrics: Any) -> pa.Table:
             "loss": metrics.loss,
             "grad_norm": metrics.grad_norm,
             "clipped": is_clipped(metrics.grad_norm, config.clip),
-            "nonfinite": ~metrics.finite | ~np.isfinite(metrics.loss),
+            "nonfinite": ~metrics.finite | ~loss_ok(config, metrics.loss),
             "skipped": skipped_steps(config, metrics.finite),
             "loss_scale": metrics.scale,
             "step_ms": metrics.step_ms.astype(np.float64),

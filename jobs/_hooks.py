@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ampsweep.contracts import saturated
+
 #: AMP's wrapper Cells: not the user's layers, and they would double-report.
 _WRAPPER_PREFIX = "_OutputTo"
 
@@ -97,7 +99,8 @@ class TensorStats:
         ok = np.isfinite(flat)
         finite_part = np.abs(flat[ok])
         return cls(
-            finite=bool(ok.all()),
+            # a float16 value at ±65504 is where a saturating chip put an overflow
+            finite=bool(ok.all()) and not any(saturated(a) for a in arrays),
             max_abs=float(finite_part.max()) if finite_part.size else 0.0,
             zero_fraction=float(np.mean(flat == 0.0)),
             size=int(flat.size),

@@ -8,6 +8,7 @@ driver's device backends (``sweep/devices``); they reach the actor as one
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 
@@ -32,3 +33,27 @@ class Placement:
     device_id: str = ""  # the id Ray made visible; empty on CPU
     worker_index: int = -1
     mindspore_version: str = ""
+    #: what a float16 overflow becomes on this device: ``inf_nan`` or ``saturation`` (±65504)
+    overflow_mode: str = "inf_nan"
+
+
+#: MindSpore's switch between the two overflow modes on Ascend
+ASCEND_OVERFLOW_ENV = "MS_ASCEND_CHECK_OVERFLOW_MODE"
+
+
+def overflow_mode(device_target: str, environ: dict[str, str] | None = None) -> str:
+    """What a float16 overflow becomes where this process computes.
+
+    CPU and GPU follow IEEE: inf and NaN. Ascend saturates to ±65504 (and a NaN
+    to 0) on 910A-era chips and wherever INF/NaN mode is off
+    (``MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE``); later chips default to
+    INF/NaN mode. An Ascend run without the variable records ``ascend_default``.
+    """
+    if device_target != "Ascend":
+        return "inf_nan"
+    value = (environ if environ is not None else os.environ).get(ASCEND_OVERFLOW_ENV, "").upper()
+    if value.startswith("SATURATION"):
+        return "saturation"
+    if value.startswith("INFNAN"):
+        return "inf_nan"
+    return "ascend_default"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, saturated
 
 from ._batches import batch_stream
 from ._config import TrialConfig
@@ -274,9 +274,8 @@ def _max_abs(value: Any) -> tuple[float, bool] | None:
         return None
     flat = array.astype(np.float64).reshape(-1)
     ok = np.isfinite(flat)
-    saturated = array.dtype == np.float16 and bool((np.abs(flat[ok]) >= 65504.0).any())
     finite = flat[ok]
-    return (float(np.abs(finite).max()) if finite.size else 0.0), bool(ok.all()) and not saturated
+    return (float(np.abs(finite).max()) if finite.size else 0.0), bool(ok.all()) and not saturated(array)
 
 
 def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:

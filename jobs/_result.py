@@ -110,6 +110,7 @@ class TrialResult:
             "attempts": attempts,
             "mindspore_version": self.placement.mindspore_version,
             "device_target": self.placement.device_target,
+            "overflow_mode": self.placement.overflow_mode,
             "finished_at": datetime.now(timezone.utc),
         }
         return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep.contracts import FP32_LEVEL, final_loss, first_nonfinite_step
+from ampsweep.contracts import FP32_LEVEL, final_loss
 
 from ._batches import batch_stream
-from ._capture import layers_table, steps_table
+from ._capture import layers_table, loss_ok, steps_table
 from ._config import TrialConfig
 from ._placement import Placement
 from ._result import Outcome, TrialResult
@@ -143,7 +143,7 @@ def _train(
         if len(pending) == BLOCK_STEPS or index == config.steps - 1:
             flush()
             losses = np.concatenate([r[:, _LOSS] for r in rows])
-            abort_at = _first_abort(np.isfinite(losses), config.abort_after)
+            abort_at = _first_abort(loss_ok(config, losses), config.abort_after)
             if abort_at is not None:
                 break
     flush()
@@ -255,7 +255,7 @@ def run_trial(
         outcome=Outcome.COMPLETED if abort_at is None else Outcome.DIVERGED,
         placement=placement,
         steps_run=len(metrics.loss),
-        first_nonfinite_step=_global(config, first_nonfinite_step(metrics.loss)),
+        first_nonfinite_step=_global(config, _first_bad(loss_ok(config, metrics.loss))),
         final_loss=final_loss(metrics.loss),
         gradient_fractions=metrics.gradient_fractions(),
         target_loss=None if target_loss is None else float(target_loss),
@@ -265,6 +265,11 @@ def run_trial(
         layers=layers_table(config, metrics),
         snapshot=snapshot,
     )
+
+
+def _first_bad(ok: np.ndarray) -> int | None:
+    bad = np.flatnonzero(~ok)
+    return int(bad[0]) if len(bad) else None
 
 
 def _global(config: TrialConfig, step: int | None) -> int | None:

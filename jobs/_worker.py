@@ -16,7 +16,7 @@ from typing import Any
 from ampsweep.contracts import parse_reference
 
 from ._config import TrialConfig
-from ._placement import DeviceSetup, Placement
+from ._placement import DeviceSetup, Placement, overflow_mode
 from ._result import TrialResult
 
 
@@ -47,6 +47,7 @@ class TrialWorker:
             device_id=os.environ.get(env, "") if env else "",
             worker_index=worker_index,
             mindspore_version=ms.__version__,
+            overflow_mode=overflow_mode(setup.mindspore_target),
         )
 
         from ._trainer import GraphCache

@@ -147,3 +147,30 @@ def test_the_worker_replays_the_steps_before_the_overflow_on_the_trials_own_grap
     assert {k: fast[k] for k in same} == {k: plain[k] for k in same}
     assert "replayed compiled" in fast["note"] and "replayed compiled" not in plain["note"]
     assert abs(fast["replay_step"] - plain["replay_step"]) <= 5
+
+
+def test_a_saturating_chip_is_caught_at_the_cell_that_reached_65504():
+    # nothing is ever inf or NaN: the overflow shows only as a float16 value at the maximum
+    config = _config(FORWARD, workload_args={"saturate": True})
+    row = _one_row(localize(config, config.workload, mode="nonfinite"))
+    assert (row["cell"], row["cell_class"], row["phase"]) == ("sharpen", "Sharpen", "forward")
+    assert row["max_abs"] == 65504 and row["fp32_max_abs"] > 65504
+
+
+def test_a_float16_loss_at_65504_counts_as_an_overflow():
+    import numpy as np
+
+    from ampsweep.jobs._capture import loss_ok
+
+    loss = np.array([2.0, 65504.0, -65504.0, np.inf, 70000.0])
+    assert loss_ok(_config(FORWARD), loss).tolist() == [True, False, False, False, True]
+    assert loss_ok(_config(FORWARD, amp_level="O0"), loss).tolist() == [True, True, True, False, True]
+
+
+def test_trials_record_what_an_overflow_becomes_on_their_device():
+    from ampsweep.jobs._placement import ASCEND_OVERFLOW_ENV, overflow_mode
+
+    assert overflow_mode("CPU", {}) == overflow_mode("GPU", {}) == "inf_nan"
+    assert overflow_mode("Ascend", {ASCEND_OVERFLOW_ENV: "SATURATION_MODE"}) == "saturation"
+    assert overflow_mode("Ascend", {ASCEND_OVERFLOW_ENV: "INFNAN_MODE"}) == "inf_nan"
+    assert overflow_mode("Ascend", {}) == "ascend_default"

@@ -48,6 +48,7 @@ PINNED = {
         ("start_from", "string"),
         ("zero_fraction", "double"),
         ("underflow_fraction", "double"),
+        ("overflow_mode", "string"),
     ],
     "steps": [
         ("step", "int64"),

@@ -82,6 +82,21 @@ def required_share(fp32_spread: float = 0.0) -> float:
 FLOAT16_TINY = 2.0**-24
 #: float16's largest finite value.
 FLOAT16_MAX = 65504.0
+
+
+def saturated(array: np.ndarray) -> bool:
+    """Whether a float16 array holds a value at ±65504: an overflow on a chip that saturates.
+
+    Ascend 910A-era chips, or later ones with INF/NaN mode off, turn an overflow
+    into ±65504 and a NaN into 0, so a check for finite values sees nothing;
+    detection and localization count a float16 value at the maximum as an overflow.
+    """
+    if array.dtype != np.float16 or array.size == 0:
+        return False
+    finite = array[np.isfinite(array)]
+    return bool(finite.size) and bool((np.abs(finite) >= FLOAT16_MAX).any())
+
+
 #: A silent failure is put down to underflow when at least this share of its gradient
 #: values were lost to float16's range (``underflow_excess``).
 UNDERFLOW_EVIDENCE = 0.25

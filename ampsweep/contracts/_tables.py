@@ -46,6 +46,7 @@ TRIALS_SCHEMA = pa.schema(
         ("start_from", pa.string()),  # content id of the snapshot it started from; null = none
         ("zero_fraction", pa.float64()),  # share of sampled gradient values exactly zero
         ("underflow_fraction", pa.float64()),  # ... zero or below 2^-24 at the trial's loss scale
+        ("overflow_mode", pa.string()),  # inf_nan | saturation | ascend_default
     ]
 )
 
@@ -142,6 +143,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",
         "start_from": "content id of the snapshot it started from (an FP32 prefix, or the user's checkpoint); null = none",
         "finished_at": "when the worker finished the trial",
+        "overflow_mode": "what a float16 overflow became where it ran: `inf_nan` (CPU, GPU, Ascend in INF/NaN mode) or `saturation` (±65504, and NaN as 0: Ascend 910A-era, or `MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE`); `ascend_default` when Ascend ran without that variable. Detection counts a float16 value at ±65504 as an overflow either way",
         "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
         "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",
     },
