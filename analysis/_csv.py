@@ -11,6 +11,7 @@ import pandas as pd
 
 from ._anomalies import localizations_phrase
 from ._configs import CONFIG_KEYS
+from ._labels import CONVERGENCE_COLUMNS
 
 #: Columns of ``ranking.csv``, in order: identity, verdict, evidence, placement, rule.
 RANKING_COLUMNS = (
@@ -34,12 +35,7 @@ RANKING_COLUMNS = (
     "clip_rate_max",
     "target_median",
     "n_reached_target",
-    "steps_to_target_median",
-    "steps_to_target_min",
-    "steps_to_target_max",
-    "final_loss_median",
-    "final_loss_min",
-    "final_loss_max",
+    *CONVERGENCE_COLUMNS,
     "speed_vs_fp32_median",
     "speed_vs_fp32_min",
     "speed_vs_fp32_max",

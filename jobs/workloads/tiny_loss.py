@@ -21,15 +21,12 @@ chance, in the loss's own units.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
-import numpy as np
 from mindspore import nn
 
 from ampsweep.jobs import Workload
 
-FEATURES = 16
-CLASSES = 10
+from .silent_norm import CLASSES, FEATURES, batches
 
 
 class WeightedLoss(nn.Cell):
@@ -58,16 +55,6 @@ class Classifier(nn.Cell):
         return self.head(self.act(self.fc2(self.act(self.fc1(x)))))
 
 
-def batches(seed: int, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Endless deterministic stream of Gaussian classes at unit scale."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(0.0, 1.0, (CLASSES, FEATURES))
-    while True:
-        labels = rng.integers(0, CLASSES, batch_size)
-        x = centers[labels] + rng.normal(0.0, 0.7, (batch_size, FEATURES))
-        yield x.astype(np.float32), labels.astype(np.int32)
-
-
 def make(
     seed: int,
     hidden: int = 64,
@@ -80,6 +67,6 @@ def make(
         network=Classifier(FEATURES, hidden, CLASSES),
         loss_fn=WeightedLoss(loss_weight),
         optimizer=lambda params: nn.Adam(params, learning_rate=learning_rate, eps=1e-12),
-        batches=batches(seed, batch_size),
+        batches=batches(seed, batch_size, feature_scale=1.0),  # silent_norm's classes, at unit scale
         target_loss=0.5 * math.log(CLASSES) * loss_weight,
     )
