@@ -134,9 +134,8 @@ class Watch:
 
     @property
     def snapshots(self) -> list[Snapshot]:
-        """The snapshots kept now, oldest first (waits for the one being written)."""
-        self._ring.wait()
-        return list(self._ring.snapshots)
+        """The snapshots kept now, oldest first (a small one is on disk once the training ended)."""
+        return self._ring.snapshots
 
     # --- a hand-written loop -----------------------------------------------------------------
 
@@ -186,7 +185,7 @@ class Watch:
     ) -> None:
         if kind is None:
             self.check()  # the last block's losses
-        self._ring.wait()
+        self._ring.flush()
 
     # --- Model.train ------------------------------------------------------------------------
 
@@ -211,7 +210,7 @@ class Watch:
 
     def on_train_end(self, run_context: Any) -> None:
         self.check()
-        self._ring.wait()
+        self._ring.flush()
 
     # --- the first non-finite loss ------------------------------------------------------------
 
@@ -230,6 +229,7 @@ class Watch:
         self.first_nonfinite_step = failed_at
         policy = self._policy()
         snapshot = self._ring.last_healthy(before=failed_at)
+        self._ring.flush()  # the other kept snapshots become files too
         try:
             finding = localize_from(self.workload, self.workload_args, self.seed, policy, snapshot, failed_at)
         except Exception as exc:  # noqa: BLE001 - the spec is still worth writing

@@ -16,7 +16,6 @@ anywhere a callback can see.
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +46,28 @@ def named_state(network: Any, optimizer: Any | None) -> dict[str, Any]:
     return state
 
 
+#: a snapshot up to this size stays in host memory until it is needed; a larger one is written at once
+IN_MEMORY_BYTES = 64 * 2**20
+
+
+@dataclass
+class _Held:
+    """A snapshot in the ring: its file, and its host copy until the file is written."""
+
+    snapshot: Snapshot
+    arrays: list[tuple[str, np.ndarray]] | None
+
+
 class SnapshotRing:
-    """The last ``keep`` snapshots under ``OUT/snapshots/``, oldest deleted first.
+    """The last ``keep`` snapshots, as checkpoint files ``OUT/snapshots/step-N.ckpt``.
+
+    Taking a snapshot copies the state to the host, which is all the training
+    waits for (a fraction of a millisecond for a small network). Serializing
+    a checkpoint costs a few milliseconds more, and a Python thread would take
+    them from the training anyway (it holds the GIL), so a small snapshot is
+    written only when it is needed: at the first non-finite loss, and when
+    the training ends (``flush``). A large one (over ``IN_MEMORY_BYTES``),
+    whose steps are long enough to pay for it, is written at once.
 
     Only files this ring wrote are ever deleted: a snapshot from an earlier run
     in the same folder, that an earlier ``spec.yaml`` may name, is left alone.
@@ -57,44 +76,50 @@ class SnapshotRing:
     def __init__(self, out: Path, keep: int) -> None:
         self.folder = out / SNAPSHOT_FOLDER
         self.keep = keep
-        self.snapshots: list[Snapshot] = []
-        self._writing: threading.Thread | None = None
+        self._held: list[_Held] = []
+        self._state: list[tuple[str, Any]] = []
+        self._owners: tuple[int, int] | None = None
+
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        return [held.snapshot for held in self._held]
 
     def save(self, step: int, network: Any, optimizer: Any | None) -> Snapshot:
-        """Copy the state after ``step`` steps to the host now and write it in the background.
-
-        The copy is the only part the training waits for (a fraction of a
-        millisecond for a small network); serializing the checkpoint would
-        cost it a few more per snapshot. The oldest file beyond ``keep`` goes.
-        """
-        self.wait()  # the previous write (long done, ``snapshot_every`` steps ago)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"step-{step}.ckpt"
+        """Copy the state after ``step`` steps to the host; the oldest beyond ``keep`` goes."""
+        owners = (id(network), id(optimizer))
+        if owners != self._owners:  # walking the Cells costs more than the copy: once per network
+            self._state = list(named_state(network, optimizer).items())
+            self._owners = owners
         # copies: on CPU ``asnumpy`` can share the parameter's memory, which the next step overwrites
-        arrays = [
-            (name, np.array(param.asnumpy(), copy=True))
-            for name, param in named_state(network, optimizer).items()
-        ]
-        self._writing = threading.Thread(target=_write, args=(arrays, path), name="ampsweep-watch-snapshot")
-        self._writing.start()
-        self.snapshots = [s for s in self.snapshots if s.path != path]
-        self.snapshots.append(Snapshot(path, step))
-        while len(self.snapshots) > self.keep:
-            old = self.snapshots.pop(0)
-            try:
-                os.remove(old.path)
-            except FileNotFoundError:
-                pass
-        return self.snapshots[-1]
+        arrays = [(name, np.array(param.asnumpy(), copy=True)) for name, param in self._state]
+        held = _Held(Snapshot(self.folder / f"step-{step}.ckpt", step), arrays)
+        self._held = [h for h in self._held if h.snapshot.step != step]
+        self._held.append(held)
+        if sum(array.nbytes for _, array in arrays) > IN_MEMORY_BYTES:
+            self._write(held)
+        while len(self._held) > self.keep:
+            old = self._held.pop(0)
+            if old.arrays is None:
+                try:
+                    os.remove(old.snapshot.path)
+                except FileNotFoundError:
+                    pass
+        return held.snapshot
 
-    def wait(self) -> None:
-        """Until the snapshot being written is on disk."""
-        if self._writing is not None:
-            self._writing.join()
-            self._writing = None
+    def flush(self) -> None:
+        """Write every snapshot still held only in memory."""
+        for held in self._held:
+            if held.arrays is not None:
+                self._write(held)
+
+    def _write(self, held: _Held) -> None:
+        assert held.arrays is not None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _write(held.arrays, held.snapshot.path)
+        held.arrays = None
 
     def last_healthy(self, before: int) -> Snapshot | None:
-        """The newest snapshot taken at or before step ``before`` whose values are all finite.
+        """The newest snapshot taken at or before step ``before`` whose values are all finite, on disk.
 
         A snapshot taken right after a step whose gradients overflowed while
         its loss stayed finite already holds inf/NaN weights; the older one
@@ -102,13 +127,20 @@ class SnapshotRing:
         """
         import mindspore as ms
 
-        self.wait()
-        for snapshot in reversed(self.snapshots):
-            if snapshot.step > before or not snapshot.path.is_file():
+        for held in reversed(self._held):
+            if held.snapshot.step > before:
                 continue
-            params = ms.load_checkpoint(str(snapshot.path))
-            if all(_finite(value) for value in params.values()):
-                return snapshot
+            if held.arrays is not None:
+                values = [array for _, array in held.arrays]
+                if all(_finite_array(array) for array in values):
+                    self._write(held)
+                    return held.snapshot
+                continue
+            if not held.snapshot.path.is_file():
+                continue
+            params = ms.load_checkpoint(str(held.snapshot.path))
+            if all(_finite_array(np.asarray(value.asnumpy())) for value in params.values()):
+                return held.snapshot
         return None
 
 
@@ -121,8 +153,7 @@ def _write(arrays: list[tuple[str, np.ndarray]], path: Path) -> None:
     os.replace(partial, path)
 
 
-def _finite(value: Any) -> bool:
-    array = np.asarray(value.asnumpy())
+def _finite_array(array: np.ndarray) -> bool:
     return not np.issubdtype(array.dtype, np.floating) or bool(np.isfinite(array).all())
 
 

@@ -54,12 +54,13 @@ def _loop(watch: Any, level: str, steps: int, seed: int = 0) -> list[float]:
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
     seen = []
-    for step, (x, y) in zip(range(steps), workload.batches):
-        loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
-        optimizer(grads)
-        seen.append(float(loss.asnumpy()))
-        if watch.step(step, loss, network=network, optimizer=optimizer):
-            break
+    with watch:  # leaving the block writes the snapshots held in memory
+        for step, (x, y) in zip(range(steps), workload.batches):
+            loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
+            optimizer(grads)
+            seen.append(float(loss.asnumpy()))
+            if watch.step(step, loss, network=network, optimizer=optimizer):
+                break
     return seen
 
 
@@ -142,7 +143,7 @@ def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
     watch = _watch(tmp_path, snapshot_every=5, keep=2)
     seen = _loop(watch, "O0", 27)
     assert len(seen) == 27 and watch.first_nonfinite_step is None
-    assert [s.step for s in watch.snapshots] == [20, 25]  # and on disk, written in the background
+    assert [s.step for s in watch.snapshots] == [20, 25]
     files = sorted(p.name for p in (tmp_path / "watch" / "snapshots").iterdir())
     assert files == ["step-20.ckpt", "step-25.ckpt"]
     params = read_checkpoint((tmp_path / "watch" / "snapshots" / "step-25.ckpt").read_bytes())
@@ -151,6 +152,23 @@ def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
     assert checkpoint_step(params) == 25
     assert misfits(build_workload(OVERFLOW, 0, {}), params) == []
     assert not (tmp_path / "watch" / "spec.yaml").exists()
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_small_snapshot_waits_in_memory_and_a_large_one_is_written_at_once(tmp_path, monkeypatch, large):
+    from ampsweep.jobs import _watch_snapshots
+
+    if large:
+        monkeypatch.setattr(_watch_snapshots, "IN_MEMORY_BYTES", 0)
+    workload = build_workload(OVERFLOW, 0, {})
+    optimizer = workload.optimizer(workload.network.trainable_params())
+    folder = tmp_path / "watch" / "snapshots"
+    with _watch(tmp_path, snapshot_every=5, keep=1) as watch:
+        for step in range(10):
+            watch.step(step, 1.0, network=workload.network, optimizer=optimizer)
+        on_disk = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+        assert on_disk == (["step-10.ckpt"] if large else [])
+    assert sorted(p.name for p in folder.iterdir()) == ["step-10.ckpt"]  # leaving the block writes it
 
 
 def test_the_policy_is_read_off_the_cast_network():
