@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._amp import known_layer_types, network_cell_types
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
+from ._profile import CellProfile, Profile, profile
 from ._result import Outcome, TrialResult
 from ._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
 from ._trainer import mindspore_version
@@ -17,9 +18,11 @@ from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
 
 __all__ = [
+    "CellProfile",
     "DeviceSetup",
     "Outcome",
     "Placement",
+    "Profile",
     "TrialConfig",
     "TrialResult",
     "TrialWorker",
@@ -34,5 +37,6 @@ __all__ = [
     "known_layer_types",
     "load_factory",
     "network_cell_types",
+    "profile",
     "resolve_reference",
 ]

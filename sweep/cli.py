@@ -1,4 +1,4 @@
-"""The ``ampsweep`` command: plan, run, report.
+"""The ``ampsweep`` command: plan, run, report, profile.
 
 Every user error (a bad spec, a bad flag) is one line on stderr and exit code
 2, raised before anything is written or Ray is started.
@@ -76,6 +76,15 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument(
         "sweep_dir", help="a sweep folder OUT/<name>: local path, pulled copy or pyarrow.fs URI"
     )
+
+    profile = sub.add_parser(
+        "profile", help="one FP32 run with hooks: each Cell's float16 risk and a loss scale"
+    )
+    profile.add_argument("spec", type=Path)
+    profile.add_argument(
+        "--steps", type=_positive_int, default=None, help="steps to profile (default: the spec's)"
+    )
+    profile.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
     report = sub.add_parser("report", help="(re)write the report of a sweep folder")
     report.add_argument("sweep_dir", type=Path)
@@ -170,6 +179,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_profile(args: argparse.Namespace) -> int:
+    from ._profile_cmd import as_json_line, profile_sweep, render
+
+    sweep = Sweep.from_yaml(args.spec)
+    result = profile_sweep(sweep, args.steps)
+    lines = [as_json_line(result)] if args.json else render(sweep.name, result)
+    for line in lines:
+        print(line)
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     if not (args.sweep_dir / "trials").is_dir():
         raise SpecError("sweep_dir", str(args.sweep_dir), "a sweep folder OUT/<name> with a trials/ folder")
@@ -191,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "pull": _cmd_pull,
         "status": _cmd_status,
         "report": _cmd_report,
+        "profile": _cmd_profile,
     }
     # SIGTERM (a scheduler, `kill`) stops a run like Ctrl-C: committed trials stay, resume line printed
     signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -1,0 +1,136 @@
+"""``ampsweep profile SPEC``: which Cells float16 will hurt, before a sweep is paid for.
+
+One FP32 run of the spec's workload (its first seed, its ``start_from``) with
+hooks, in this process, no Ray: ``ampsweep.jobs.profile`` measures, this
+module picks the start the way the sweep's trials would and renders the result
+as a table (every line at most 100 columns) or as one JSON object on the last
+line of stdout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ampsweep.contracts import FLOAT16_MAX
+from ampsweep.jobs import CellProfile, Profile, profile
+
+from ._api import Sweep
+
+#: the widest line the table may print (a terminal, a pasted issue)
+WIDTH = 100
+_CLASS_WIDTH, _CELL_WIDTH = 28, 24
+
+
+def profile_sweep(sweep: Sweep, steps: int | None = None) -> Profile:
+    """Profile the spec's workload on its first seed, starting where its trials start."""
+    spec = sweep.spec
+    seed = spec.grid.seed[0]
+    point = sweep.workload.starts.for_seed(seed)
+    prefix, start_step, checkpoint = 0, 0, None
+    if point is not None and point.prefix is not None:
+        prefix = point.step
+    elif point is not None and point.checkpoint is not None:
+        start_step, checkpoint = point.step, Path(point.checkpoint).read_bytes()
+    return profile(
+        sweep.workload_ref,
+        seed,
+        steps or spec.steps,
+        dict(spec.workload_args),
+        prefix_steps=prefix,
+        start_step=start_step,
+        checkpoint=checkpoint,
+    )
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "~"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _row(cls: str, cell: str, forward: str, backward: str, share: str, risk: str) -> str:
+    return (
+        f"{_fit(cls, _CLASS_WIDTH):<{_CLASS_WIDTH}} {_fit(cell, _CELL_WIDTH):<{_CELL_WIDTH}} "
+        f"{forward:>11} {backward:>12} {share:>9}  {risk}"
+    )
+
+
+def _classes(cells: list[CellProfile], risk: str) -> list[str]:
+    return list(dict.fromkeys(c.cell_class for c in cells if c.risk == risk))
+
+
+def _few(names: list[str], shown: int = 3) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
+def loss_scale_line(result: Profile) -> str:
+    """What loss scaling to use, and why, in one line."""
+    return _fit(_loss_scale_text(result), WIDTH)
+
+
+def _loss_scale_text(result: Profile) -> str:
+    over, under = _classes(result.cells, "overflow"), _classes(result.cells, "underflow")
+    scale = result.loss_scale
+    if scale == "dynamic":
+        return (
+            f"loss scale: dynamic (gradients underflow in {_few(under, 2)}; "
+            f"values overflow in {_few(over, 2)})"
+        )
+    if scale is not None:
+        return f"loss scale: {scale} (gradients of {_few(under)} fall below float16's 2^-24)"
+    if over:
+        return (
+            "loss scale: none (scaling does not prevent an overflow; keep it in FP32: "
+            f"black_list: [{', '.join(over)}])"
+        )
+    return "loss scale: none needed"
+
+
+def render(name: str, result: Profile) -> list[str]:
+    """The human report: what ran, the table (riskiest first), the loss scale, the extrapolations."""
+    last = result.start_step + result.steps - 1
+    lines = [
+        _fit(
+            f"{name}: FP32 profile of steps {result.start_step:,}-{last:,} "
+            f"({len(result.sampled)} sampled; maxima include the ops inside each Cell)",
+            WIDTH,
+        ),
+        _row("class", "cell", "forward max", "backward max", "underflow", "risk"),
+    ]
+    for cell in result.cells:
+        lines.append(
+            _row(
+                cell.cell_class,
+                cell.cell,
+                _number(cell.forward_max),
+                _number(cell.backward_max),
+                _share(cell.underflow_fraction),
+                cell.risk or "-",
+            )
+        )
+    lines.append(loss_scale_line(result))
+    for cell in result.cells:
+        if cell.passes_max_at is not None:
+            lines.append(
+                _fit(
+                    f"{cell.cell_class} ({cell.cell}): values grow; they pass {FLOAT16_MAX:.0f} "
+                    f"near step {cell.passes_max_at:,}",
+                    WIDTH,
+                )
+            )
+    if result.nonfinite_step is not None:
+        lines.append(f"note: FP32 itself was not finite at step {result.nonfinite_step:,}")
+    return lines
+
+
+def as_json_line(result: Profile) -> str:
+    """The JSON object ``--json`` prints: one line, strict JSON (no NaN or Infinity)."""
+    return json.dumps(result.as_json(), allow_nan=False, separators=(",", ":"))
