@@ -7,8 +7,10 @@
    every 100 steps, the loss looked at in blocks). The two arms alternate for
    ``ROUNDS`` rounds, each with a freshly built network (so each compiles
    once), and the figure is the median ratio of the ``model.train`` wall
-   times; the per-step time (first to last step end, compile excluded) is
-   shown beside it. Target: at most 1.05×.
+   times. Beside it: the median time between two step ends (compile and the
+   rare snapshot steps excluded), and Watch's own time per step, added up
+   inside its callback (snapshots included), which the load of a shared
+   machine does not blur. Target: at most 1.05×.
 2. **NaN to spec.** The same classifier under O2 (``Model(...,
    amp_level="O2", loss_scale_manager=None)``), trained with Watch until its
    loss turns NaN (~1,300-1,500 steps); measured from the end of the step
@@ -37,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS_JSON = HERE / "results" / "bench_watch.json"
 WORKLOAD = "ampsweep.jobs.workloads.late_softmax:make"
 STEPS = 2000
-ROUNDS = 5
+ROUNDS = 7
 SNAPSHOT_EVERY = 100
 TARGET = 1.05
 NAN_STEPS = 2500
@@ -118,8 +120,9 @@ def _train(level: str, steps: int, watch: Any, learning_rate: float = 1e-3) -> t
 
 
 def _step_ms(stamps: Any) -> float:
-    steps = sorted(stamps.at)
-    return (stamps.at[steps[-1]] - stamps.at[steps[0]]) / max(len(steps) - 1, 1) * 1e3
+    """The median time between two step ends: robust to the other processes of a shared machine."""
+    times = [stamps.at[step] for step in sorted(stamps.at)]
+    return statistics.median(b - a for a, b in zip(times, times[1:])) * 1e3 if len(times) > 1 else 0.0
 
 
 def healthy_cost(steps: int, rounds: int, out: Path) -> dict[str, Any]:
@@ -258,7 +261,7 @@ def _section(figures: dict[str, Any], tiny: bool) -> str:
         "",
         f"**With / without Watch, `model.train` wall: {healthy['ratio_median']:.3f}×** (median of the rounds: "
         + ", ".join(f"{r:.3f}" for r in healthy["ratio_per_round"])
-        + f"); per step, compile excluded: {healthy['step_ratio_median']:.3f}×. Target ≤ {TARGET:.2f}×: "
+        + f"); median step, with / without: {healthy['step_ratio_median']:.3f}×. Target ≤ {TARGET:.2f}×: "
         + verdict(ok)
         + ".",
         "",
