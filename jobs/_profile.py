@@ -282,22 +282,29 @@ class _Watched:
     def __init__(self, recorder: _Recorder) -> None:
         from mindspore import Tensor, ops
 
-        self._targets: list[tuple[Any, str, Any]] = [
-            (ops, name, getattr(ops, name)) for name in INNER_OPS if hasattr(ops, name)
+        # (owner, name, the original, whether the owner itself defined it)
+        self._targets: list[tuple[Any, str, Any, bool]] = [
+            (ops, name, getattr(ops, name), True) for name in INNER_OPS if hasattr(ops, name)
         ]
+        # most Tensor methods live on its C++ base: shadowed on Tensor for the step, then removed
         self._targets += [
-            (Tensor, name, Tensor.__dict__[name]) for name in TENSOR_METHODS if name in Tensor.__dict__
+            (Tensor, name, getattr(Tensor, name), name in Tensor.__dict__)
+            for name in TENSOR_METHODS
+            if hasattr(Tensor, name)
         ]
-        self._targets += [(cls, "__call__", cls.__dict__["__call__"]) for cls in _primitive_classes()]
+        self._targets += [(cls, "__call__", cls.__dict__["__call__"], True) for cls in _primitive_classes()]
         self._recorder = recorder
 
     def __enter__(self) -> None:
-        for owner, name, original in self._targets:
+        for owner, name, original, _ in self._targets:
             setattr(owner, name, self._recorder.watch(original))
 
     def __exit__(self, *exc: object) -> None:
-        for owner, name, original in self._targets:
-            setattr(owner, name, original)
+        for owner, name, original, own in self._targets:
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
 
 
 def sample_steps(steps: int, samples: int = SAMPLES) -> list[int]:
