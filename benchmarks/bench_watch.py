@@ -265,6 +265,10 @@ def _section(figures: dict[str, Any], tiny: bool) -> str:
         + verdict(ok)
         + ".",
         "",
+        f"A run's wall time follows the machine's other load: the rounds' ratios spread from "
+        f"{min(healthy['ratio_per_round']):.2f} to {max(healthy['ratio_per_round']):.2f} here, so on a "
+        "shared machine read the median with the next figure.",
+        "",
         f"**Watch's own time per step: {healthy['watch_own_us_per_step_median']:.0f} µs**, "
         f"{healthy['watch_own_share_of_step']:.1%} of the baseline's step (the time inside its step-end "
         "callback, snapshots included, added up over the run: the figure the machine's load does not blur).",
