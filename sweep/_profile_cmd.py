@@ -85,7 +85,7 @@ def _loss_scale_text(result: Profile) -> str:
             f"values overflow in {_few(over, 2)})"
         )
     if scale is not None:
-        return f"loss scale: {scale} (gradients of {_few(under)} fall below float16's 2^-24)"
+        return f"loss scale: {scale} (gradients below float16's 2^-24 in {_few(under, 2)})"
     if over:
         return (
             "loss scale: none (scaling does not prevent an overflow; keep it in FP32: "
