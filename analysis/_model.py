@@ -11,8 +11,8 @@ and binned by ``analyze``, so drawing them reads no file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,8 +64,18 @@ class Localization:
     inner_max_abs: float | None = None
 
 
-if TYPE_CHECKING:
-    from ._next_sweep import NextSweep
+@dataclass(frozen=True)
+class NextSweep:
+    """What the sweep lacked and how the next one adds it."""
+
+    cause: str  # underflow | overflow | no_learning
+    why: str  # one sentence: the evidence
+    change: str  # what the next spec changes, in words
+    grid: dict[str, list[Any]]  # the grid axes the next spec sets
+    search: str | None = None  # "adaptive" when the next sweep should search
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass

@@ -19,7 +19,6 @@ report writer writes ``next_spec`` as ``report/next-spec.yaml``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -27,24 +26,10 @@ import pandas as pd
 
 from ampsweep.contracts import FP32_LEVEL, UNDERFLOW_EVIDENCE, Verdict, static_scale_for
 
-from ._model import Localization
+from ._model import Localization, NextSweep
 
 #: The file the report writer puts the next spec in, beside report.md.
 NEXT_SPEC_FILE = "next-spec.yaml"
-
-
-@dataclass(frozen=True)
-class NextSweep:
-    """What the sweep lacked and how the next one adds it."""
-
-    cause: str  # underflow | overflow | no_learning
-    why: str  # one sentence: the evidence
-    change: str  # what the next spec changes, in words
-    grid: dict[str, list[Any]]  # the grid axes the next spec sets
-    search: str | None = None  # "adaptive" when the next sweep should search
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _mixed(scores: pd.DataFrame) -> pd.DataFrame:
