@@ -191,7 +191,9 @@ def test_the_streaming_scan_and_the_contracts_agree_on_steps_to_target():
         assert (math.isnan(got) and expected is None) or got == expected
 
 
-def _measured(seed: int, verdict: str, underflow: float | None = None, cell: str | None = None) -> SeedEvidence:
+def _measured(
+    seed: int, verdict: str, underflow: float | None = None, cell: str | None = None
+) -> SeedEvidence:
     localized = LocalizedCell(cell.lower(), cell, "forward") if cell else None
     return SeedEvidence(seed, TrialVerdict(Verdict(verdict)), localized, underflow)
 
@@ -208,7 +210,10 @@ def test_a_silent_failure_with_underflow_asks_for_loss_scaling_not_a_black_list(
 @pytest.mark.parametrize(
     "seeds",
     [
-        [_measured(0, "silent", 0.01, "FeatureNorm"), _measured(1, "silent", 0.0, "FeatureNorm")],  # no underflow
+        [
+            _measured(0, "silent", 0.01, "FeatureNorm"),
+            _measured(1, "silent", 0.0, "FeatureNorm"),
+        ],  # no underflow
         [_measured(0, "diverged", 0.9, "ExpSoftmax"), _measured(1, "silent", 0.9)],  # a NaN: black-list first
         [_measured(0, "stable", 0.0), _measured(1, "stable", 0.0)],
         [_measured(0, "silent", None), _measured(1, "silent", None)],  # not measured
