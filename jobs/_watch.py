@@ -17,6 +17,7 @@ Callback base in when the first ``Watch`` is made.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -227,6 +228,7 @@ class Watch:
 
         started = time.perf_counter()
         self.first_nonfinite_step = failed_at
+        _factory_from_main(self.workload)
         policy = self._policy()
         snapshot = self._ring.last_healthy(before=failed_at)
         self._ring.flush()  # the other kept snapshots become files too
@@ -253,6 +255,27 @@ class Watch:
             "spec": str(spec_path),
         }
         print(one_line(finding, failed_at, snapshot, spec_path, self.out), flush=True)
+
+
+def _factory_from_main(workload: str) -> None:
+    """When the factory lives in the running script, the replay takes it from there.
+
+    Loading ``train.py`` again under another name would run its top level a
+    second time: a whole second training, when the script has no
+    ``if __name__ == "__main__":`` guard. The loader looks a file up in
+    ``sys.modules`` first, so the running ``__main__`` is registered there under
+    the name it would get.
+    """
+    from ._workload import _module_name_for_file, split_reference
+
+    module_part, _ = split_reference(workload)
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if not module_part.endswith(".py") or main is None or not main_file:
+        return
+    path = Path(module_part)
+    if Path(main_file).resolve() == path.resolve():
+        sys.modules.setdefault(_module_name_for_file(path), main)
 
 
 def _host_values(losses: list[Any]) -> np.ndarray:

@@ -316,3 +316,35 @@ def test_a_replay_that_catches_nothing_says_so_and_lets_the_search_find_the_blac
     assert spec["search"] == "adaptive" and "black_list" not in spec["grid"]
     assert spec["workload_args"] == {"learning_rate": 0.01}
     parse_spec(spec)
+
+
+def test_a_factory_in_the_running_script_is_not_loaded_twice(tmp_path):
+    """A script without a ``__main__`` guard: loading its factory again would train a second time."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "import mindspore as ms\n"
+        "from mindspore import amp\n"
+        "import ampsweep\n"
+        "from tests.workloads import watch_overflow\n\n\n"
+        "def make(seed, start_step=0):\n"
+        "    return watch_overflow.make(seed, start_step=start_step)\n\n\n"
+        "print('TRAINING STARTS', flush=True)\n"
+        "ms.set_seed(0)\n"
+        "workload = make(0)\n"
+        "net = amp.auto_mixed_precision(workload.network, 'O2')\n"
+        "opt = workload.optimizer(net.trainable_params())\n"
+        "grad_fn = ms.value_and_grad(lambda x, y: workload.loss_fn(net(x).astype(ms.float32), y), None, opt.parameters)\n"
+        "with ampsweep.Watch(workload=f'{__file__}:make', out='watch', snapshot_every=20) as watch:\n"
+        "    for step, (x, y) in zip(range(200), workload.batches):\n"
+        "        loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))\n"
+        "        opt(grads)\n"
+        "        if watch.step(step, loss, network=net, optimizer=opt):\n"
+        "            break\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.count("TRAINING STARTS") == 1, ran.stdout
+    assert json.loads((tmp_path / "watch" / "watch.json").read_text())["class"] == "Magnitude"
