@@ -3,7 +3,7 @@
 The user's model already trains, with ``Model.train`` or a hand-written loop,
 and the loss turns NaN hours in. ``Watch`` costs next to nothing while the
 loss is finite: it keeps the loss tensors the loop already produced and looks
-at them in blocks (one device-to-host copy per block, never one per step),
+at them in blocks (one wait for the device per block, never one per step),
 and every ``snapshot_every`` steps it saves the network and optimizer. At the
 first non-finite loss it replays from the last healthy snapshot with the
 localization hooks, writes ``OUT/watch.json`` and ``OUT/spec.yaml``, prints
@@ -164,7 +164,7 @@ class Watch:
         return self.stop_requested
 
     def check(self) -> bool:
-        """Look at the losses recorded since the last look (one host copy); False once one broke."""
+        """Look at the losses recorded since the last look (one wait for the device); False once one broke."""
         if self.first_nonfinite_step is not None:
             return False
         if not self._pending:
@@ -192,11 +192,11 @@ class Watch:
 
     def on_train_begin(self, run_context: Any) -> None:
         """Take the network, optimizer and loss scale ``Model`` trains with."""
-        params = run_context.original_args()
-        self._network = getattr(params, "network", None)
-        self._optimizer = getattr(params, "optimizer", None)
-        self._loss_scale = loss_scale_of(getattr(params, "loss_scale_mananger", None))  # MindSpore's spelling
-        self._last_snapshot = int(getattr(params, "cur_step_num", 0) or 0)
+        params = run_context.original_args()  # a dict: a missing key raises KeyError, not AttributeError
+        self._network = params.get("network")
+        self._optimizer = params.get("optimizer")
+        self._loss_scale = loss_scale_of(params.get("loss_scale_mananger"))  # MindSpore's spelling
+        self._last_snapshot = int(params.get("cur_step_num") or 0)
 
     def on_train_step_end(self, run_context: Any) -> None:
         """One step (or one sink of steps) ended: ``net_outputs`` is its loss, already computed."""
