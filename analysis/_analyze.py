@@ -19,6 +19,7 @@ from ._evidence import kind_recommendation
 from ._figure_data import figure_data
 from ._load import inventory, load_trials, resolve, unreadable_trials
 from ._model import KindAnalysis, SweepAnalysis
+from ._profile import read_profile
 from ._rank import rank_configs
 from ._scores import fp32_reference, trial_scores
 from ._search import read_search
@@ -94,4 +95,5 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
         inventory=inv,
         kinds=kinds,
         search=read_search(sweep_dir),
+        profile=read_profile(sweep_dir),
     )

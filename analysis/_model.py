@@ -289,6 +289,8 @@ class SweepAnalysis:
     kinds: list[KindAnalysis] = field(default_factory=list)
     #: ``ampsweep.contracts.SearchLog`` of a ``search: adaptive`` sweep, else None
     search: Any = None
+    #: the FP32 float16-headroom profile ``ampsweep run`` wrote (``profile.json``), else None
+    profile: dict[str, Any] | None = None
 
     @property
     def recommended(self) -> pd.Series | None:

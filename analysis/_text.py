@@ -20,6 +20,7 @@ from ._configs import first_line
 from ._criteria import TIE_RULE, rules_text
 from ._heatmap import HEATMAP_CAPTION, divergence_grids
 from ._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, Recommendation, SweepAnalysis
+from ._profile import profile_section
 from ._search import search_section
 from ._steps import SPIKE_FACTOR, SPIKE_WINDOW
 
@@ -357,6 +358,8 @@ def report_sections(a: SweepAnalysis) -> list[Section]:
                     ],
                 )
             )
+    if a.profile is not None:
+        sections.append(profile_section(a.profile))
     sections.append(Section("Trials", blocks=[Bullets(tuple(counts_items(a)))]))
     sections.append(_failures(a))
     rules = Section("How the ranking is decided", blocks=[Bullets(tuple(rules_text()), ordered=True)])

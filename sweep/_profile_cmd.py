@@ -22,13 +22,20 @@ WIDTH = 100
 _CLASS_WIDTH, _CELL_WIDTH = 28, 24
 
 
-def profile_sweep(sweep: Sweep, steps: int | None = None) -> Profile:
-    """Profile the spec's workload on its first seed, starting where its trials start."""
+def profile_sweep(sweep: Sweep, steps: int | None = None, snapshots: Path | None = None) -> Profile:
+    """Profile the spec's workload on its first seed, starting where its trials start.
+
+    ``snapshots``: an ``OUT/_snapshots`` folder; a ``{steps: N}`` prefix found there is
+    loaded instead of trained again.
+    """
     spec = sweep.spec
     seed = spec.grid.seed[0]
     point = sweep.workload.starts.for_seed(seed)
     prefix, start_step, checkpoint = 0, 0, None
-    if point is not None and point.prefix is not None:
+    saved = snapshots / f"{point.snapshot}.ckpt" if snapshots is not None and point is not None else None
+    if point is not None and saved is not None and saved.is_file():
+        start_step, checkpoint = point.step, saved.read_bytes()
+    elif point is not None and point.prefix is not None:
         prefix = point.step
     elif point is not None and point.checkpoint is not None:
         start_step, checkpoint = point.step, Path(point.checkpoint).read_bytes()

@@ -7,6 +7,7 @@ Every user error (a bad spec, a bad flag) is one line on stderr and exit code
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -118,6 +119,34 @@ def _print_top(sweep_dir: Path, top: int) -> None:
     sys.stdout.flush()
 
 
+def _write_profile(sweep: Sweep, root: Path) -> None:
+    """The FP32 float16-headroom profile the report shows: one FP32 run with hooks, once per folder.
+
+    It never fails the sweep: a workload the profile cannot run leaves the
+    report without it, and says so in one line.
+    """
+    from ampsweep.contracts import PROFILE_FILE, SNAPSHOT_FOLDER
+
+    from ._profile_cmd import profile_sweep
+
+    target = root / PROFILE_FILE
+    if target.exists():
+        return
+    try:
+        found = profile_sweep(sweep, snapshots=root.parent / SNAPSHOT_FOLDER)
+    except Exception as exc:  # noqa: BLE001 - the trials are committed; the profile is extra
+        print(f"ampsweep: no FP32 profile in the report ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    temporary = target.with_name(f".tmp-{target.name}")
+    temporary.write_text(json.dumps(found.as_json(), allow_nan=False, default=_plain) + "\n")
+    temporary.replace(target)
+
+
+def _plain(value: object) -> object:
+    """NumPy numbers in the profile, as JSON numbers."""
+    return value.item() if hasattr(value, "item") else str(value)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     sweep = Sweep.from_yaml(args.spec)
     config = RunConfig(
@@ -146,6 +175,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
     else:
+        _write_profile(sweep, Path(result.root))
         # the answer first, then the table; what ran is a footnote
         while_ray_stops(lambda: _print_top(Path(result.root), args.top))
         print(done)

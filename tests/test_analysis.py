@@ -887,3 +887,37 @@ def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert done.stdout.count("ran ") == len(names)
+
+
+def test_the_fp32_profile_a_run_wrote_is_a_report_section(tmp_path: Path) -> None:
+    root = tmp_path / "sweep"
+    build_ranked_sweep(root)
+    cells = [
+        {
+            "cell": "softmax",
+            "class": "ExpSoftmax",
+            "forward_max": 4.2e4,
+            "backward_max": 0.03,
+            "underflow_fraction": 0.1,
+            "risk": "overflow",
+            "passes_max_at": 1761,
+        },
+        {
+            "cell": "fc1",
+            "class": "Dense",
+            "forward_max": 4.7,
+            "backward_max": None,
+            "underflow_fraction": None,
+            "risk": None,
+            "passes_max_at": None,
+        },
+    ]
+    profile = {"cells": cells, "loss_scale": None, "start_step": 0, "steps": 300}
+    (root / "profile.json").write_text(json.dumps(profile))
+    text = analysis.render_markdown(analysis.analyze(root))
+    section = text.split("## float16 headroom of the FP32 run", 1)[1].split("\n## ", 1)[0]
+    assert "| ExpSoftmax | softmax | 4.2e+04 | 0.03 | 10.0 % | overflow |" in section
+    assert "| Dense | fc1 | 4.7 | - | - | - |" in section
+    assert "passes 65504 near step 1,761" in section and "loss scale this profile calls for: none" in section
+    (root / "profile.json").write_text("not json")
+    assert "float16 headroom" not in analysis.render_markdown(analysis.analyze(root)), "unreadable: left out"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -76,6 +77,10 @@ def test_sweep_with_a_workload_file_outside_the_repository(tmp_path):
     assert set(steps["trial_id"].astype(str)) == set(trials["trial_id"])
     assert (root / "report" / "ranking.csv").is_file() and (root / "report" / "report.md").is_file()
     assert (root / "sweep.yaml").is_file()
+    # one FP32 run with hooks after the trials: the report's float16 headroom section
+    profile = json.loads((root / "profile.json").read_text())
+    assert profile["cells"] and {"cell", "class", "forward_max", "risk"} <= set(profile["cells"][0])
+    assert "float16 headroom of the FP32 run" in (root / "report" / "report.md").read_text()
 
     again = _ampsweep("run", str(spec), "--out", str(out), "--workers", "2", "--no-progress")
     assert again.returncode == 0

@@ -73,3 +73,8 @@ def partition_value(path: str, table_root: str) -> str | None:
     if key != TRIAL_PARTITION_KEY or not sep or not value:
         return None
     return value
+
+
+#: ``OUT/<name>/profile.json``: the FP32 float16-headroom profile (``ampsweep profile --json``'s
+#: object) that ``ampsweep run`` writes after the trials and the report shows.
+PROFILE_FILE = "profile.json"
