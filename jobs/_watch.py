@@ -244,16 +244,9 @@ class Watch:
             "seed": self.seed,
             "seconds": round(time.perf_counter() - started, 2),
         }
-        _, spec_path = write_outputs(self.out, spec, finding, policy, snapshot, failed_at, extra)
-        self.report = {
-            "first_nonfinite_step": failed_at,
-            "cell": finding.cell,
-            "class": finding.cell_class,
-            "phase": finding.phase,
-            "snapshot": None if snapshot is None else str(snapshot.path),
-            "snapshot_step": None if snapshot is None else snapshot.step,
-            "spec": str(spec_path),
-        }
+        #: what ``watch.json`` holds, for a caller that stays in Python
+        self.report = write_outputs(self.out, spec, finding, policy, snapshot, failed_at, extra)
+        spec_path = Path(self.report["spec"])
         print(one_line(finding, failed_at, snapshot, spec_path, self.out), flush=True)
 
 

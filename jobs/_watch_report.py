@@ -190,8 +190,8 @@ def write_outputs(
     snapshot: Snapshot | None,
     failed_at: int,
     extra: dict[str, Any],
-) -> tuple[Path, Path]:
-    """``OUT/watch.json`` (what was found) and ``OUT/spec.yaml`` (what to run next)."""
+) -> dict[str, Any]:
+    """Write ``OUT/watch.json`` (what was found) and ``OUT/spec.yaml`` (what to run next); return the former."""
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "spec.yaml"
     header = (
@@ -217,9 +217,8 @@ def write_outputs(
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **extra,
     }
-    json_path = out / "watch.json"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    return json_path, spec_path
+    (out / "watch.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 def one_line(finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_path: Path, out: Path) -> str:
