@@ -119,7 +119,7 @@ def _print_top(sweep_dir: Path, top: int) -> None:
     sys.stdout.flush()
 
 
-def _write_profile(sweep: Sweep, root: Path) -> None:
+def _write_profile(sweep: Sweep, root: Path, spec_path: str) -> None:
     """The FP32 float16-headroom profile the report shows: one FP32 run with hooks, once per folder.
 
     It never fails the sweep: a workload the profile cannot run leaves the
@@ -132,6 +132,11 @@ def _write_profile(sweep: Sweep, root: Path) -> None:
     target = root / PROFILE_FILE
     if target.exists():
         return
+    if _device_kinds(root) - {"cpu"}:
+        # the profile runs in this process, on its CPU: on a GPU/NPU sweep that can cost far more
+        # than a trial did on the device, so it is the user's call there
+        print(f"ampsweep: for the float16 headroom profile, run `ampsweep profile {spec_path}` on a device")
+        return
     try:
         found = profile_sweep(sweep, snapshots=root.parent / SNAPSHOT_FOLDER)
     except Exception as exc:  # noqa: BLE001 - the trials are committed; the profile is extra
@@ -140,6 +145,17 @@ def _write_profile(sweep: Sweep, root: Path) -> None:
     temporary = target.with_name(f".tmp-{target.name}")
     temporary.write_text(json.dumps(found.as_json(), allow_nan=False, default=_plain) + "\n")
     temporary.replace(target)
+
+
+def _device_kinds(root: Path) -> set[str]:
+    """The device kinds the sweep's committed trials ran on."""
+    import pyarrow.dataset as ds
+
+    try:
+        table = ds.dataset(root / "trials", format="parquet").to_table(columns=["device_kind"])
+    except (OSError, ValueError):
+        return set()
+    return {str(kind) for kind in table.column("device_kind").to_pylist() if kind}
 
 
 def _plain(value: object) -> object:
@@ -175,7 +191,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
     else:
-        _write_profile(sweep, Path(result.root))
+        _write_profile(sweep, Path(result.root), args.spec)
         # the answer first, then the table; what ran is a footnote
         while_ray_stops(lambda: _print_top(Path(result.root), args.top))
         print(done)

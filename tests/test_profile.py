@@ -135,3 +135,23 @@ def test_late_softmax_is_seen_coming_before_it_breaks(tmp_path, capsys):
     result = _profile_json(capsys, spec)
     assert _by_risk(result, "overflow") == {"ExpSoftmax"}
     assert result["loss_scale"] is None
+
+
+def test_a_run_writes_the_profile_only_for_a_cpu_sweep(tmp_path, capsys):
+    # on a GPU/NPU sweep the driver's CPU would run it: the user is told the command instead
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ampsweep.contracts import PROFILE_FILE
+    from ampsweep.sweep import Sweep
+    from ampsweep.sweep.cli import _write_profile
+
+    spec = _spec(tmp_path, workload="ampsweep.jobs.workloads.tiny_loss:make", steps=8)
+    sweep = Sweep.from_yaml(spec)
+    for kind, expect_file in (("gpu", False), ("cpu", True)):
+        root = tmp_path / kind
+        (root / "trials").mkdir(parents=True)
+        pq.write_table(pa.table({"device_kind": [kind]}), root / "trials" / "t.parquet")
+        _write_profile(sweep, root, str(spec))
+        assert (root / PROFILE_FILE).exists() is expect_file
+    assert f"ampsweep profile {spec}" in capsys.readouterr().out
