@@ -46,6 +46,12 @@ class TrialResult:
     gradient_fractions: tuple[float | None, float | None] = (None, None)
     #: an FP32 prefix run's training state at its end (``TrialConfig.save_snapshot``), checkpoint bytes
     snapshot: bytes | None = None
+    #: the worker's clock around the whole trial, localization replay included (``TrialWorker.run``);
+    #: None for a failure the driver wrote because no worker finished the trial
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    #: seconds of the localization replay after training (0 when the trial needed none)
+    diagnose_s: float = 0.0
 
     @property
     def trial_id(self) -> str:
@@ -111,6 +117,10 @@ class TrialResult:
             "mindspore_version": self.placement.mindspore_version,
             "device_target": self.placement.device_target,
             "overflow_mode": self.placement.overflow_mode,
-            "finished_at": datetime.now(timezone.utc),
+            # the worker's stamps: the driver's commit comes later (and would make a sweep
+            # look shorter than the work done in it); a driver-made failure has the commit time
+            "started_at": self.started_at,
+            "finished_at": self.finished_at or datetime.now(timezone.utc),
+            "diagnose_s": self.diagnose_s,
         }
         return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+import time
+from datetime import datetime, timezone
 from typing import Any
 
 from ampsweep.contracts import parse_reference
@@ -81,9 +83,13 @@ class TrialWorker:
             from ._snapshot import remember
 
             remember(config.start_from, start)
+        started_at = datetime.now(timezone.utc)
         result = run_trial(config, workload_ref, self.placement, self.graphs)
         if config.localize:
+            replay_started = time.perf_counter()
             result.anomalies = diagnose(result, workload_ref, fp32_final_loss, self.graphs)
+            result.diagnose_s = time.perf_counter() - replay_started
+        result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result
 
 

@@ -71,6 +71,11 @@ def test_sweep_with_a_workload_file_outside_the_repository(tmp_path):
         .sum()
     )
     assert (compiles == 1).all(), "each actor compiles each graph it runs exactly once"
+    # the worker's own clock: a trial's span holds its training, and one worker's trials never overlap
+    span = (trials["finished_at"] - trials["started_at"]).dt.total_seconds()
+    assert (span >= trials["wall_s"] - 0.002).all()
+    for _, own in trials.sort_values("started_at").groupby("worker_index"):
+        assert (own["started_at"].iloc[1:].to_numpy() >= own["finished_at"].iloc[:-1].to_numpy()).all()
     steps = ds.dataset(root / "steps", format="parquet", partitioning="hive").to_table().to_pandas()
     for _, group in steps.groupby("trial_id"):
         assert sorted(group["step"]) == list(range(20))

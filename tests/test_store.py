@@ -49,6 +49,8 @@ PINNED = {
         ("zero_fraction", "double"),
         ("underflow_fraction", "double"),
         ("overflow_mode", "string"),
+        ("started_at", "timestamp[ms, tz=UTC]"),
+        ("diagnose_s", "double"),
     ],
     "steps": [
         ("step", "int64"),

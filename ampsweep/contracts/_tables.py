@@ -47,6 +47,8 @@ TRIALS_SCHEMA = pa.schema(
         ("zero_fraction", pa.float64()),  # share of sampled gradient values exactly zero
         ("underflow_fraction", pa.float64()),  # ... zero or below 2^-24 at the trial's loss scale
         ("overflow_mode", pa.string()),  # inf_nan | saturation | ascend_default
+        ("started_at", pa.timestamp("ms", tz="UTC")),  # worker clock; null = no worker finished it
+        ("diagnose_s", pa.float64()),  # seconds of localization replay after training
     ]
 )
 
@@ -142,7 +144,10 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "device_target": "what MindSpore computed on: `CPU`, `GPU` or `Ascend`",
         "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",
         "start_from": "content id of the snapshot it started from (an FP32 prefix, or the user's checkpoint); null = none",
-        "finished_at": "when the worker finished the trial",
+        "started_at": "when the worker started the trial (its own clock); null for a trial no worker finished",
+        "finished_at": "when the worker finished the trial, localization included (its own clock); "
+        "the driver's commit time for a trial no worker finished",
+        "diagnose_s": "seconds the worker spent replaying the trial to localize the broken Cell, after `wall_s`",
         "overflow_mode": "what a float16 overflow became where it ran: `inf_nan` (CPU, GPU, Ascend in INF/NaN mode) or `saturation` (±65504, and NaN as 0: Ascend 910A-era, or `MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE`); `ascend_default` when Ascend ran without that variable. Detection counts a float16 value at ±65504 as an overflow either way",
         "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
         "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",
