@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL, parse_loss_scale
@@ -85,11 +86,13 @@ class TrialConfig:
             canonical["save_snapshot"] = True
         return canonical
 
-    @property
+    # cached: the driver asks for both on every dispatch and commit, and a hash of the
+    # canonical JSON each time is most of a dispatch's cost (frozen: they never change)
+    @cached_property
     def trial_id(self) -> str:
         return _short_hash(self.canonical())
 
-    @property
+    @cached_property
     def graph_id(self) -> str:
         data = self.canonical()
         graph = {key: data[key] for key in _GRAPH_FIELDS if key in data}

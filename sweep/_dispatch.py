@@ -1,10 +1,11 @@
 """Handing trials to device actors one at a time, and surviving what a long run meets.
 
-Trials are handed out one at a time (not pre-split), so no device idles while
-trials remain and a slow trial holds back nobody; an actor prefers trials of a
-graph it has compiled, then a graph no other actor has (``next_trial``). A new
-actor first answers a probe, so an actor that can never start (its node was
-removed) holds no trial. What goes wrong is handled
+Trials are handed out as actors free up (not pre-split), so no device idles
+while trials remain and a slow trial holds back nobody; each actor holds its
+running trial and the next one, so it never waits for the driver between
+trials. Which trial comes next is ``TrialQueue``'s choice (its own graphs
+first). A new actor first answers a probe, so an actor that can never start
+(its node was removed) holds no trial. What goes wrong is handled
 here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts``
 counts it), a trial that kills ``max_attempts`` workers (``failed``), a
 cluster that goes away (``ClusterLost``), a workload whose first trials all
@@ -13,28 +14,32 @@ fail alike (``WorkloadBroken``), Ctrl-C (``Interrupted``).
 
 from __future__ import annotations
 
+import queue
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult, TrialWorker
+from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult
 
+from ._actors import Actors, RayActors
 from ._baselines import Baselines
 from ._config import FailurePolicy
 from ._errors import ClusterLost, Interrupted, WorkloadBroken
 from ._health import ClusterWatch
 from ._prefix import Forks
 from ._progress import SweepProgress
+from ._queue import TrialQueue
 from .devices import DeviceBackend, device_setup
 
 #: Trials whose results decide whether the workload itself is broken.
 FAIL_FAST_TRIALS = 3
 #: Seconds without any live actor after which the sweep gives up waiting for one to start.
 NO_ACTOR_TIMEOUT_S = 300.0
-#: How long ``ray.wait`` blocks before the loop checks the cluster and Ctrl-C again.
+#: How long the loop waits for a finished call before it checks the cluster and Ctrl-C again.
 _TICK_S = 1.0
 
 
@@ -47,10 +52,15 @@ class Slot:
     ordinal: int
     actor: Any = None
     ready: bool = False
-    busy: bool = False
     deaths: int = 0
     gone: bool = False
     graphs: set[str] = field(default_factory=set)
+    #: the calls sent to the current actor and not answered yet, oldest (the running one) first
+    calls: deque[Any] = field(default_factory=deque)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.calls)
 
 
 @dataclass
@@ -59,44 +69,9 @@ class DispatchOptions:
     compute_on: str | None
     failure: FailurePolicy
     fail_fast: bool = True
-
-
-def baseline_first(trials: list[TrialConfig]) -> list[TrialConfig]:
-    """FP32 (O0) trials first: a broken workload shows on the baseline at once, and each
-    mixed-precision trial can be judged against its seed's FP32 final loss."""
-    return sorted(trials, key=lambda trial: trial.amp_level != FP32_LEVEL)
-
-
-def next_trial(
-    pending: deque[TrialConfig],
-    own: set[str],
-    held: set[str],
-    startable: Callable[[TrialConfig], bool] = lambda _: True,
-) -> int | None:
-    """Which queued trial an actor holding the graphs ``own`` runs next (its queue position).
-
-    A compile costs seconds, so an actor takes, in this order: a trial of a graph it
-    has compiled; one of a graph no other actor holds (so each graph is compiled by
-    as few actors as possible); else the first trial it may start. The search never
-    passes an FP32 trial for a mixed-precision one, so baselines still run first.
-    Trials that may not start yet (their snapshot is still being made) are passed
-    over; ``None`` when no queued trial may start.
-    """
-    first: int | None = None
-    fresh: int | None = None
-    phase = False
-    for position, candidate in enumerate(pending):
-        if not startable(candidate):
-            continue
-        if first is None:
-            first, phase = position, candidate.amp_level != FP32_LEVEL
-        elif (candidate.amp_level != FP32_LEVEL) != phase:
-            break
-        if candidate.graph_id in own:
-            return position
-        if fresh is None and candidate.graph_id not in held:
-            fresh = position
-    return first if fresh is None else fresh
+    #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
+    #: starts the next the moment it finishes instead of after a round trip to the driver
+    depth: int = 2
 
 
 def workload_frame(traceback_text: str | None) -> str:
@@ -114,7 +89,13 @@ def workload_frame(traceback_text: str | None) -> str:
 
 
 class Dispatcher:
-    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial."""
+    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial.
+
+    The driver's work per trial does not depend on the cluster's size: a
+    finished call arrives on ``actors.completions`` (no wait over every call
+    in flight), the next trial comes from ``TrialQueue`` (no scan of the
+    queue), and the lock's heartbeat is written at most once a second.
+    """
 
     def __init__(
         self,
@@ -127,69 +108,93 @@ class Dispatcher:
         committed_before: int,
         baselines: Baselines,
         forks: Forks | None = None,
+        actors: Actors | None = None,
     ) -> None:
         self.baselines = baselines
         self.slots = slots
         #: a forked sweep's snapshots; its prefix runs go ahead of every trial
         self.forks = forks
-        self.pending: deque[TrialConfig] = deque(baseline_first([*(forks.runs if forks else []), *pending]))
+        self.queue = TrialQueue([*(forks.runs if forks else []), *pending], forks.refs if forks else ())
         self.options = options
+        self.actors: Actors = actors if actors is not None else RayActors()
         self._commit = commit
         self.bar = bar
         self.heartbeat = heartbeat
         self.attempts: dict[str, int] = {}
-        self.in_flight: dict[Any, tuple[Slot, TrialConfig]] = {}
+        #: call -> the slot, the actor it went to, its trial
+        self.in_flight: dict[Any, tuple[Slot, Any, TrialConfig]] = {}
         #: readiness probe of a new actor -> its slot and that actor (a later replacement has another)
         self.probes: dict[Any, tuple[Slot, Any]] = {}
         self.committed = committed_before
         self._early: list[TrialResult] | None = [] if options.fail_fast else None
         self._last_live = time.monotonic()
+        self._next_beat = 0.0
+        self._running = 0  # slots with at least one call
+        #: calls that were running on an actor when it died (the others behind it never started)
+        self._lost: set[Any] = set()
         self.last_error = ""
+
+    @property
+    def pending(self) -> list[TrialConfig]:
+        """The trials not handed out yet, in line order."""
+        return self.queue.remaining()
+
+    def _left(self) -> int:
+        return len(self.queue) + len(self.in_flight)
 
     # actors ---------------------------------------------------------------
     def _start_actor(self, slot: Slot) -> None:
-        import ray
-
-        remote = ray.remote(TrialWorker).options(max_restarts=0, **slot.backend.actor_options())
         setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
-        slot.actor = remote.remote(slot.index, setup)
+        slot.actor = self.actors.start(slot.index, setup, slot.backend.actor_options())
         slot.ready = False
-        slot.graphs.clear()
-        self.probes[slot.actor.info.remote()] = (slot, slot.actor)
+        self.queue.drop(slot.graphs)
+        self.probes[self.actors.probe(slot.actor)] = (slot, slot.actor)
 
     def _give_up(self, slot: Slot) -> None:
-        import ray
-
         slot.gone = True
+        self.queue.drop(slot.graphs)
         if slot.actor is not None:
-            ray.kill(slot.actor, no_restart=True)
+            self.actors.kill(slot.actor)
 
     # trials ---------------------------------------------------------------
     def _take_for(self, slot: Slot) -> TrialConfig | None:
-        held = set().union(*(other.graphs for other in self.slots if other is not slot and not other.gone))
-        startable = self.forks.startable if self.forks else lambda _: True
-        position = next_trial(self.pending, slot.graphs, held, startable)
-        if position is None:
+        config = self.queue.take(slot.graphs)
+        if config is None:
+            return None  # every queued trial waits for a snapshot; a finished prefix dispatches again
+        if slot.calls and config.amp_level != FP32_LEVEL and self.baselines.for_trial(config) is None:
+            # a queued call gets its hint now: wait for the seed's FP32 result rather than send none
+            self.queue.untake()
             return None
-        config = self.pending[position]
-        del self.pending[position]
-        slot.graphs.add(config.graph_id)
+        self.queue.hold(slot.graphs, config.graph_id)
         return config
 
     def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
-        """Hand ``slot`` its next trial. ``before_ready``: queue it behind the actor's start (used
-        for the first actors, whose devices the cluster just reported: every device gets a trial
-        even when some actors start much faster than others)."""
-        if not self.pending or slot.gone or slot.busy or not (slot.ready or before_ready):
+        """Give ``slot`` trials until it holds ``depth`` (one only while the queue is short, so the
+        last trials go to whichever actor frees first). ``before_ready``: queue one behind the
+        actor's start (used for the first actors, whose devices the cluster just reported: every
+        device gets a trial even when some actors start much faster than others)."""
+        if slot.gone or not (slot.ready or before_ready):
             return
-        config = self._take_for(slot)
-        if config is None:
-            return  # every queued trial waits for a snapshot; a finished prefix dispatches again
-        slot.busy = True
-        self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
-        hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
-        start = self.forks.snapshot_for(config) if self.forks else None
-        self.in_flight[slot.actor.run.remote(config, self.options.workload_ref, hint, start)] = (slot, config)
+        depth = 1 if before_ready or len(self.queue) < len(self.slots) else self.options.depth
+        while self.queue and len(slot.calls) < depth:
+            config = self._take_for(slot)
+            if config is None:
+                return
+            self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
+            hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
+            start = self.forks.snapshot_for(config) if self.forks else None
+            call = self.actors.run(slot.actor, config, self.options.workload_ref, hint, start)
+            self.in_flight[call] = (slot, slot.actor, config)
+            if not slot.calls:
+                self._running += 1
+            slot.calls.append(call)
+
+    def _answered(self, slot: Slot, call: Any) -> None:
+        """``call`` is no longer in flight on ``slot``."""
+        if call in slot.calls:
+            slot.calls.remove(call)
+            if not slot.calls:
+                self._running -= 1
 
     def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
         setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
@@ -198,17 +203,15 @@ class Dispatcher:
         )
 
     def _finish(self, result: TrialResult) -> None:
-        if self.forks is not None and self.forks.take(
-            result, self.committed, len(self.pending) + len(self.in_flight)
-        ):
+        released = self.forks.take(result, self.committed, self._left()) if self.forks else None
+        if released is not None:
+            self.queue.release(released)
             for slot in self.slots:  # the trials this snapshot held back may start now
                 self._dispatch(slot)
             return
         if self._early is not None:
             self._early.append(result)
-            if len(self._early) < min(
-                FAIL_FAST_TRIALS, len(self._early) + len(self.pending) + len(self.in_flight)
-            ):
+            if len(self._early) < min(FAIL_FAST_TRIALS, len(self._early) + self._left()):
                 return
             early, self._early = self._early, None
             self._judge_early(early)
@@ -229,7 +232,7 @@ class Dispatcher:
         if all_failed and len(errors) == 1 and baseline and early[0].error:
             where = workload_frame(early[0].traceback)
             detail = f"{early[0].error}" + (f"\n  {where}" if where else "")
-            left = len(self.pending) + len(self.in_flight) + len(early)
+            left = self._left() + len(early)
             raise WorkloadBroken(
                 f"the workload is broken: the first {len(early)} trials, the FP32 baseline among them, "
                 "all failed with the same exception (fix it and run again, or pass --keep-going)",
@@ -240,75 +243,29 @@ class Dispatcher:
 
     # the loop -------------------------------------------------------------
     def run(self, watch: ClusterWatch) -> None:
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
         for slot in self.slots:
             if slot.actor is not None and slot.ready and not slot.gone:
-                self._dispatch(slot)  # an actor kept from an earlier phase (the FP32 prefixes)
+                self._dispatch(slot)  # an actor kept from an earlier phase
             else:
                 self._start_actor(slot)
                 self._dispatch(slot, before_ready=True)
         try:
-            while self.in_flight or (self.pending and self.probes):
+            while self.in_flight or (self.queue and self.probes):
                 problem = watch.problem()
                 if problem:
-                    raise ClusterLost(problem, self.committed, len(self.pending) + len(self.in_flight))
-                self.heartbeat([config.trial_id for _, config in self.in_flight.values()])
-                self.bar.set_running(len(self.in_flight))
-                waiting = [*self.in_flight, *self.probes]
-                ready, _ = ray.wait(waiting, num_returns=1, timeout=_TICK_S)
-                if not ready:
+                    raise ClusterLost(problem, self.committed, self._left())
+                self._beat()
+                try:
+                    call, answer = self.actors.completions.get(timeout=_TICK_S)
+                except queue.Empty:
                     self._check_no_actor()
                     continue
-                ref = ready[0]
-                if ref in self.probes:
-                    slot, actor = self.probes.pop(ref)
-                    if actor is not slot.actor:
-                        continue  # the probe of an actor already replaced
-                    try:
-                        ray.get(ref)
-                    except (RayActorError, RayTaskError) as exc:
-                        if not slot.busy:  # else its trial's failure replaces the actor
-                            self._actor_died(slot, exc)
-                        continue
-                    slot.ready = True
-                    self._last_live = time.monotonic()
-                    self._dispatch(slot)
-                    continue
-                slot, config = self.in_flight.pop(ref)
-                slot.busy = False
-                try:
-                    result = ray.get(ref)
-                except RayActorError as exc:
-                    if self.attempts[config.trial_id] >= self.options.failure.max_attempts:
-                        limit = self.options.failure.max_attempts
-                        self._finish(
-                            self._failed(
-                                config, slot, f"WorkerDied: the worker died {limit} times running this trial"
-                            )
-                        )
-                    else:
-                        self.pending.appendleft(config)
-                        self.bar.retry()
-                    self._actor_died(slot, exc)
-                    continue
-                except RayTaskError as exc:  # the trial code is guarded; this is serialization etc.
-                    text = str(exc).strip()
-                    result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
-                else:
-                    slot.deaths = 0
-                # the next trial first, the Parquet commit after: the actor trains while the
-                # driver writes (its seed's FP32 loss is known before the next trial is handed out)
-                if self.forks is None or not self.forks.is_prefix(config):
-                    self.baselines.add(result.config, result.final_loss)
-                self._last_live = time.monotonic()
-                self._dispatch(slot)
-                self._finish(result)
+                if call in self.probes:
+                    self._probe_answered(call, answer)
+                elif call in self.in_flight:
+                    self._trial_answered(call, answer)
         except KeyboardInterrupt:
-            raise Interrupted(
-                "interrupted", self.committed, len(self.pending) + len(self.in_flight)
-            ) from None
+            raise Interrupted("interrupted", self.committed, self._left()) from None
         finally:
             for slot, actor in self.probes.values():  # actors that never started (e.g. their node is gone)
                 if actor is slot.actor:
@@ -319,9 +276,72 @@ class Dispatcher:
             for held in early:
                 self._record(held)
 
+    def _beat(self) -> None:
+        """The lock's heartbeat and the progress line, at most once a second (each costs O(devices))."""
+        now = time.monotonic()
+        if now < self._next_beat:
+            return
+        self._next_beat = now + _TICK_S
+        self.heartbeat([self.in_flight[slot.calls[0]][2].trial_id for slot in self.slots if slot.calls])
+        self.bar.set_running(self._running)
+
+    def _probe_answered(self, call: Any, answer: Future[Any]) -> None:
+        slot, actor = self.probes.pop(call)
+        if actor is not slot.actor:
+            return  # the probe of an actor already replaced
+        try:
+            answer.result()
+        except (*self.actors.actor_died, *self.actors.call_failed) as exc:
+            if not slot.busy:  # else its trial's failure replaces the actor
+                self._actor_died(slot, exc)
+            return
+        slot.ready = True
+        self._last_live = time.monotonic()
+        self._dispatch(slot)
+
+    def _trial_answered(self, call: Any, answer: Future[Any]) -> None:
+        slot, actor, config = self.in_flight.pop(call)
+        started = (bool(slot.calls) and slot.calls[0] is call) or call in self._lost  # the oldest ran
+        self._lost.discard(call)
+        self._answered(slot, call)
+        try:
+            result = answer.result()
+        except self.actors.actor_died as exc:
+            if not started:
+                self.attempts[config.trial_id] -= 1  # queued behind the lost trial: it never started
+            if self.attempts[config.trial_id] >= self.options.failure.max_attempts:
+                limit = self.options.failure.max_attempts
+                self._finish(
+                    self._failed(
+                        config, slot, f"WorkerDied: the worker died {limit} times running this trial"
+                    )
+                )
+            else:
+                self.queue.push(config, front=True)
+                self.bar.retry()
+            if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
+                self._actor_died(slot, exc)
+            return
+        except self.actors.call_failed as exc:  # the trial code is guarded; this is serialization etc.
+            text = str(exc).strip()
+            result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
+        else:
+            slot.deaths = 0
+        # the next trial first, the Parquet commit after: the actor trains while the
+        # driver writes (its seed's FP32 loss is known before the next trial is handed out)
+        if self.forks is None or not self.forks.is_prefix(config):
+            self.baselines.add(result.config, result.final_loss)
+        self._last_live = time.monotonic()
+        self._dispatch(slot)
+        self._finish(result)
+
     def _actor_died(self, slot: Slot, exc: BaseException) -> None:
         slot.deaths += 1
         slot.ready = False
+        if slot.calls:
+            self._lost.add(slot.calls[0])
+        for call in list(slot.calls):  # the dead actor's other calls fail too; they are requeued then
+            self._answered(slot, call)
         if slot.deaths >= self.options.failure.max_slot_deaths:
             text = str(exc).strip()
             self.last_error = text.splitlines()[0] if text else repr(exc)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
-from ampsweep.jobs import Outcome, TrialResult
+from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
+from ._actors import Actors
 from ._config import FailurePolicy, RunConfig
 from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
@@ -95,7 +97,6 @@ def run_sweep(
     """
     import ray
 
-    failure = run.failure or FailurePolicy()
     store = SweepStore(out, plan.name, snapshots)
     check_same_sweep(store, resolved_yaml)
     lock = DriverLock(store)
@@ -128,27 +129,17 @@ def run_sweep(
         write_plan()
         backends = [backend for backend, count in layout for _ in range(count)]
         slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
-
-        def commit(trial: TrialResult, attempts: int) -> None:
-            store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
-            outcome = Outcome(trial.outcome).value
-            result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
-            result.ran += 1
-
-        options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
-        forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
-        if forks is not None and forks.runs:
-            print(
-                f"ampsweep: {len(forks.runs)} FP32 prefix runs of {forks.runs[0].steps:,} steps (one per seed); "
-                "each seed's trials start as soon as its snapshot is saved",
-                flush=True,
-            )
-        with SweepProgress(len(plan), result.skipped, run.progress) as bar:
-            baselines = store.baselines(plan.trials, done)
-            dispatcher = Dispatcher(
-                slots[: len(pending)], pending, options, commit, bar, lock.beat, len(done), baselines, forks
-            )
-            dispatcher.run(ClusterWatch(_own_node()))
+        dispatcher = drive_trials(
+            plan,
+            workload_ref,
+            store,
+            pending,
+            slots[: len(pending)],
+            run,
+            result,
+            lock.beat,
+            ClusterWatch(_own_node()),
+        )
     finally:
         lock.release()
     if dispatcher.pending:
@@ -157,6 +148,51 @@ def run_sweep(
             f"(last error: {dispatcher.last_error})"
         )
     return result
+
+
+def drive_trials(
+    plan: SweepPlan,
+    workload_ref: str,
+    store: SweepStore,
+    pending: list[TrialConfig],
+    slots: list[Slot],
+    run: RunConfig,
+    result: SweepResult,
+    heartbeat: Callable[[list[str]], None],
+    watch: Any,
+    actors: Actors | None = None,
+) -> Dispatcher:
+    """Dispatch ``pending`` on ``slots`` and commit each finished trial into ``store``.
+
+    The driver's whole per-trial path, and nothing that needs a cluster: the
+    dispatch-at-scale benchmark runs exactly this against an in-process stand-in
+    for the actors (``actors``; Ray's own by default) and ``watch``.
+    """
+    done = len(plan) - len(pending)
+
+    def commit(trial: TrialResult, attempts: int) -> None:
+        store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
+        outcome = Outcome(trial.outcome).value
+        result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+        result.ran += 1
+
+    failure = run.failure or FailurePolicy()
+    options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
+    forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
+    if forks is not None and forks.runs:
+        print(
+            f"ampsweep: {len(forks.runs)} FP32 prefix runs of {forks.runs[0].steps:,} steps (one per seed); "
+            "each seed's trials start as soon as its snapshot is saved",
+            flush=True,
+        )
+    with SweepProgress(len(plan), done, run.progress) as bar:
+        finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
+        baselines = store.baselines(plan.trials, finished)
+        dispatcher = Dispatcher(
+            slots, pending, options, commit, bar, heartbeat, done, baselines, forks, actors
+        )
+        dispatcher.run(watch)
+    return dispatcher
 
 
 def _own_node() -> str | None:

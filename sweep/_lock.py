@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from ampsweep.contracts import LOCK_FILE
@@ -117,4 +117,5 @@ class DriverLock:
 
     def _write(self) -> None:
         self._last_beat = time.time()
-        self.store.write_text(LOCK_FILE, json.dumps(asdict(self.info)))
+        # vars, not asdict: asdict deep-copies the running ids (one per device) on every beat
+        self.store.write_text(LOCK_FILE, json.dumps(vars(self.info)))

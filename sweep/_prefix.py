@@ -63,27 +63,24 @@ class Forks:
                 continue
             self.refs[snapshot] = _put(data if data is not None else Path(str(point.checkpoint)).read_bytes())
 
-    def startable(self, config: TrialConfig) -> bool:
-        """A trial may start once its snapshot exists (a prefix run always may)."""
-        return not config.start_from or config.start_from in self.refs
-
     def is_prefix(self, config: TrialConfig) -> bool:
         return config.trial_id in self._makes
 
     def snapshot_for(self, config: TrialConfig) -> Any:
         return self.refs.get(config.start_from) if config.start_from else None
 
-    def take(self, result: TrialResult, committed: int, left: int) -> bool:
-        """Whether ``result`` is a prefix run's; if so its snapshot is stored and released.
+    def take(self, result: TrialResult, committed: int, left: int) -> str | None:
+        """The snapshot ``result`` made, stored and put in the object store; None when it is
+        not a prefix run's (the caller then lets that snapshot's trials start).
 
         A prefix that did not reach its step stops the sweep: there is no healthy
         state for that seed's trials to fork from.
         """
         snapshot = self._makes.get(result.trial_id)
         if snapshot is None:
-            return False
+            return None
         if result.snapshot is None:
             raise PrefixFailed(_prefix_problem(result), committed, left)
         self.store.write_snapshot(snapshot, result.snapshot)
         self.refs[snapshot] = _put(result.snapshot)
-        return True
+        return snapshot

@@ -1,0 +1,134 @@
+"""The trials still to run, indexed so that choosing the next one costs the same at any cluster size.
+
+An actor should run, in this order: a trial of a graph it has compiled (a
+compile costs seconds); one of a graph no other actor holds (so each graph is
+compiled by as few actors as possible); else the first trial in line. FP32
+trials go before mixed-precision ones, so every seed's baseline is known
+early and a broken workload shows at once. A forked trial waits until its
+snapshot exists and is not in line before that.
+
+A scan of the whole queue for every dispatch made the driver's cost per trial
+grow with the queue and the cluster. Here the trials are kept per phase (FP32
+or not) and per graph, each graph's trials in line order, so a choice looks at
+the actor's own graphs and at the graph heads only: its cost depends on how
+many graphs the sweep has, never on how many trials or devices.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter, deque
+from collections.abc import Iterable
+
+from ampsweep.contracts import FP32_LEVEL
+from ampsweep.jobs import TrialConfig
+
+#: a trial's place in line; a retried trial goes to the front
+_Entry = tuple[int, TrialConfig]
+
+
+def _phase(config: TrialConfig) -> int:
+    """0 for FP32 trials, which run first; 1 for mixed precision."""
+    return 0 if config.amp_level == FP32_LEVEL else 1
+
+
+class TrialQueue:
+    """Trials in line, by phase and graph; trials waiting for a snapshot are held aside."""
+
+    def __init__(self, trials: Iterable[TrialConfig] = (), ready_snapshots: Iterable[str] = ()) -> None:
+        #: phase -> graph id -> that graph's trials in line order
+        self._lines: tuple[dict[str, deque[_Entry]], dict[str, deque[_Entry]]] = ({}, {})
+        #: snapshot id -> trials that start from it, held until it exists
+        self._waiting: dict[str, list[_Entry]] = {}
+        self._ready: set[str] = set(ready_snapshots)
+        self._order = itertools.count()
+        self._front = itertools.count(-1, -1)
+        self._queued = 0
+        self._last: _Entry | None = None
+        #: graph id -> how many live actors have compiled it
+        self.holders: Counter[str] = Counter()
+        for config in trials:
+            self.push(config)
+
+    def __len__(self) -> int:
+        """Every trial not yet handed out, those waiting for a snapshot included."""
+        return self._queued
+
+    def __bool__(self) -> bool:
+        return self._queued > 0
+
+    def push(self, config: TrialConfig, *, front: bool = False) -> None:
+        """Queue a trial at the back, or at the front (a trial whose worker died runs again first)."""
+        entry = (next(self._front) if front else next(self._order), config)
+        self._queued += 1
+        if config.start_from and config.start_from not in self._ready:
+            self._waiting.setdefault(config.start_from, []).append(entry)
+            return
+        self._insert(entry)
+
+    def release(self, snapshot: str) -> None:
+        """A snapshot now exists: the trials that start from it join the line in their old places."""
+        self._ready.add(snapshot)
+        for entry in self._waiting.pop(snapshot, []):
+            self._insert(entry)
+
+    def _insert(self, entry: _Entry) -> None:
+        line = self._lines[_phase(entry[1])].setdefault(entry[1].graph_id, deque())
+        if not line or line[-1][0] < entry[0]:
+            line.append(entry)
+        elif entry[0] < line[0][0]:
+            line.appendleft(entry)
+        else:  # a released trial between queued ones: rare (once per snapshot), so a sort is fine
+            line.append(entry)
+            self._lines[_phase(entry[1])][entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
+
+    def take(self, own: set[str]) -> TrialConfig | None:
+        """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
+
+        FP32 trials that may start go first; within the phase, an own graph's
+        first trial, else the first trial of a graph no actor holds, else the
+        first trial in line.
+        """
+        phase = 0 if self._lines[0] else 1
+        heads = [(line[0][0], graph) for graph, line in self._lines[phase].items()]
+        if not heads:
+            return None
+        mine = [head for head in heads if head[1] in own]
+        unheld = [head for head in heads if not self.holders[head[1]]]
+        _, graph = min(mine or unheld or heads)
+        return self._pop(phase, graph)
+
+    def _pop(self, phase: int, graph: str) -> TrialConfig:
+        lines = self._lines[phase]
+        line = lines[graph]
+        self._last = line.popleft()
+        if not line:
+            del lines[graph]
+        self._queued -= 1
+        return self._last[1]
+
+    def untake(self) -> None:
+        """Put the trial ``take`` just returned back in its old place."""
+        if self._last is not None:
+            self._insert(self._last)
+            self._queued += 1
+            self._last = None
+
+    def hold(self, graphs: set[str], graph: str) -> None:
+        """An actor compiled ``graph`` (added to its own ``graphs``)."""
+        if graph not in graphs:
+            graphs.add(graph)
+            self.holders[graph] += 1
+
+    def drop(self, graphs: set[str]) -> None:
+        """An actor died or was given up: its compiled graphs are held by nobody through it."""
+        for graph in graphs:
+            self.holders[graph] -= 1
+        graphs.clear()
+
+    def remaining(self) -> list[TrialConfig]:
+        """The trials not handed out, in line order (for messages and for the caller's count)."""
+        entries = [e for lines in self._lines for line in lines.values() for e in line]
+        entries += [e for held in self._waiting.values() for e in held]
+        return [config for _, config in heapq.nsmallest(len(entries), entries, key=lambda e: e[0])]
