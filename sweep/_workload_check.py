@@ -37,12 +37,17 @@ class WorkloadFacts:
     starts: Starts
 
 
-def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
-    """Resolve and build the workload once, check the black-list names; or raise ``SpecError``."""
+def resolve_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
+    """The workload reference made absolute, or ``SpecError`` (a missing file: cheap, no import)."""
     try:
-        reference = resolve_reference(spec.workload, spec_dir)
+        return resolve_reference(spec.workload, spec_dir)
     except WorkloadError as exc:
         raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+
+
+def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
+    """Resolve and build the workload once, check the black-list names; or raise ``SpecError``."""
+    reference = resolve_workload(spec, spec_dir)
     try:
         workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
     except WorkloadError as exc:

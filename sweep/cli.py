@@ -164,7 +164,8 @@ def _plain(value: object) -> object:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    sweep = Sweep.from_yaml(args.spec)
+    from ._early import validate_while_ray_starts
+
     config = RunConfig(
         workers=args.workers,
         address=args.address,
@@ -173,6 +174,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         keep_going=args.keep_going,
     )
+    sweep = validate_while_ray_starts(Path(args.spec), config)
     try:
         result = sweep.run(args.out, config)
     except SweepStopped as stop:
