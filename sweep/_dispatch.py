@@ -320,7 +320,7 @@ class Dispatcher:
                 self.queue.push(config, front=True)
                 self.bar.retry()
             if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
-                self._actor_died(slot, exc)
+                self._actor_died(slot, exc, running_left=not started)
             return
         except self.actors.call_failed as exc:  # the trial code is guarded; this is serialization etc.
             text = str(exc).strip()
@@ -335,10 +335,12 @@ class Dispatcher:
         self._dispatch(slot)
         self._finish(result)
 
-    def _actor_died(self, slot: Slot, exc: BaseException) -> None:
+    def _actor_died(self, slot: Slot, exc: BaseException, running_left: bool = False) -> None:
+        """``running_left``: the failure that told us came from a queued call, so the oldest
+        call still listed is the one the actor was running (it counts as an attempt)."""
         slot.deaths += 1
         slot.ready = False
-        if slot.calls:
+        if running_left and slot.calls:
             self._lost.add(slot.calls[0])
         for call in list(slot.calls):  # the dead actor's other calls fail too; they are requeued then
             self._answered(slot, call)

@@ -1,0 +1,76 @@
+"""The driver's loop end to end without Ray: every trial committed once, lost calls rerun, attempts right."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pandas as pd
+
+from ampsweep.sweep import RunConfig, Sweep, SweepStore
+from ampsweep.sweep._dispatch import Slot
+from ampsweep.sweep._launcher import drive_trials
+from ampsweep.sweep._result import SweepResult
+from ampsweep.sweep.devices import AscendBackend
+from benchmarks._standin import ActorGone, InProcessActors, QuietCluster
+
+NOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "noop_workload.py"
+
+
+def _drive(tmp_path: Path, devices: int, seeds: int, actors: InProcessActors) -> SweepResult:
+    raw = {
+        "name": "loop",
+        "workload": f"{NOOP}:make",
+        "steps": 1,
+        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": list(range(seeds))},
+        "devices": "ascend",
+    }
+    plan = Sweep(raw).plan()
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    return result
+
+
+def test_every_trial_is_committed_once_with_many_devices(tmp_path):
+    actors = InProcessActors()
+    result = _drive(tmp_path, devices=40, seeds=100, actors=actors)
+    trials = pd.read_parquet(tmp_path / "loop" / "trials")
+    assert result.ran == 200 and actors.calls == 200
+    assert len(trials) == 200 and trials["trial_id"].is_unique
+    assert (trials["attempts"] == 1).all()
+
+
+class _DiesOnce(InProcessActors):
+    """The first actor dies while it holds two trials: the running one and the one queued behind it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost: list[str] = []
+
+    def run(self, actor, config, workload_ref, hint, start):
+        if actor.worker_index == 0 and len(self.lost) < 2 and not getattr(actor, "dead", False):
+            self.lost.append(config.trial_id)
+            self.calls += 1
+            if len(self.lost) == 2:
+                actor.dead = True
+            future: Future = Future()
+            future.set_exception(ActorGone("the actor died"))
+            call = object()
+            self.completions.put((call, future))
+            return call
+        return super().run(actor, config, workload_ref, hint, start)
+
+
+def test_a_dead_actor_s_trials_run_again_and_only_the_running_one_counts_an_attempt(tmp_path):
+    actors = _DiesOnce()
+    result = _drive(tmp_path, devices=2, seeds=10, actors=actors)
+    trials = pd.read_parquet(tmp_path / "loop" / "trials").set_index("trial_id")
+    assert result.ran == 20 and len(trials) == 20
+    running, queued = actors.lost
+    assert trials.loc[running, "attempts"] == 2
+    assert trials.loc[queued, "attempts"] == 1
