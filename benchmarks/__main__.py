@@ -8,12 +8,20 @@ section carries its own date and load average, because on a shared machine
 those differ from section to section. Before each section the runner waits
 (a minute at most) for the CPUs to go quiet, so one benchmark does not time
 the previous one's shutdown.
+
+Each benchmark's figures also go to ``benchmarks/results/<name>.json``, for a
+later run to compare against without reading Markdown. A module that writes
+that file itself during its run (``bench_late``, ``bench_watch``,
+``bench_limit``, ``bench_launcher``: richer figures than its tables) keeps
+it; for any other the runner writes the section's tables, parsed from its
+Markdown. Only full-size runs write it: the tiny smoke-test figures mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import re
 import subprocess
 import sys
@@ -21,12 +29,14 @@ import tempfile
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from ._common import child_env
 from ._machine import load_average, machine_markdown, now_utc, wait_for_quiet
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
+RESULTS_DIR = HERE / "results"
 _START = "<!-- bench:{name}:start -->"
 _END = "<!-- bench:{name}:end -->"
 _SECTION = re.compile(
@@ -69,6 +79,8 @@ def run_isolated(name: str) -> tuple[str, float, bool]:
     started = time.perf_counter()
     load = load_average()
     when = now_utc()
+    own_json = RESULTS_DIR / f"{name}.json"
+    own_before = _mtime_ns(own_json)  # changed after the child: the module wrote its own figures
     with tempfile.TemporaryDirectory(prefix="ampsweep-bench-") as tmp:
         out_file = Path(tmp) / "section.md"
         command = [sys.executable, "-m", "benchmarks", "--child", name, str(out_file)]
@@ -86,6 +98,10 @@ def run_isolated(name: str) -> tuple[str, float, bool]:
         ok = child.returncode == 0 and out_file.is_file()
         if ok:
             body = out_file.read_text().strip()
+            if _mtime_ns(own_json) == own_before:
+                RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+                figures = section_figures(name, body, when, load)
+                own_json.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
         else:
             shown = "\n".join(tail)
             body = (
@@ -100,6 +116,71 @@ def run_isolated(name: str) -> tuple[str, float, bool]:
     else:
         body = f"{stamp}\n\n{body}"
     return body, elapsed, ok
+
+
+_HEADING = re.compile(r"^#{2,3}\s+(?P<text>.+?)(?:\s+#+)?\s*$")
+_RULE = re.compile(r"^\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_NUMBER = re.compile(r"^[+-]?(\d+|\d{1,3}(,\d{3})+)(\.\d+)?([eE][+-]?\d+)?$")
+
+
+def _cells(line: str) -> list[str]:
+    """A Markdown table row's cells: split on unescaped ``|`` (as GitHub does, code spans included)."""
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", inner)]
+
+
+def _value(cell: str) -> Any:
+    """A plain number as int or float (``36,634`` too); any other cell as its raw string."""
+    if not _NUMBER.match(cell):
+        return cell
+    plain = cell.replace(",", "")
+    return int(plain) if re.fullmatch(r"[+-]?\d+", plain) else float(plain)
+
+
+def markdown_tables(markdown: str) -> list[dict[str, Any]]:
+    """Every table in a section: its nearest ``##``/``###`` heading above, column names, rows.
+
+    A table is a header line, a ``|---|`` rule, then rows starting with ``|``.
+    Cells that are plain numbers become numbers; the rest (bold, units, lists)
+    stay strings, so nothing is guessed. Fenced code (a failed benchmark's
+    output, say) is neither heading nor table.
+    """
+    tables: list[dict[str, Any]] = []
+    heading: str | None = None
+    lines = markdown.splitlines()
+    fenced = False
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        match = _HEADING.match(line)
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            pass
+        elif match:
+            heading = match["text"]
+        elif line.startswith("|") and i + 1 < len(lines) and _RULE.match(lines[i + 1].strip()):
+            columns = _cells(line)
+            rows = []
+            i += 2
+            while i < len(lines) and lines[i].strip().startswith("|"):
+                rows.append([_value(cell) for cell in _cells(lines[i])])
+                i += 1
+            tables.append({"heading": heading, "columns": columns, "rows": rows})
+            continue
+        i += 1
+    return tables
+
+
+def section_figures(name: str, body: str, measured_at: str, load: str) -> dict[str, Any]:
+    """What ``results/<name>.json`` holds for a benchmark that writes none itself."""
+    return {"name": name, "measured_at": measured_at, "load_average": load, "tables": markdown_tables(body)}
+
+
+def _mtime_ns(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.is_file() else None
 
 
 def _existing_sections() -> dict[str, str]:

@@ -4,7 +4,14 @@ Sweeps run through the real ``ampsweep run`` command in a child process, the
 way a user runs them: the measured wall time then holds Python start-up,
 validation, Ray start, the actors, the trials and the report. What happened
 inside comes back from the sweep folder's own tables (``trials/*.parquet``:
-``finished_at``, ``wall_s``, ``compile_s``, ``worker_index``, ``graph_id``).
+``started_at``, ``finished_at``, ``wall_s``, ``compile_s``, ``worker_index``,
+``graph_id``).
+
+When a trial ran is the worker's own stamps, ``started_at`` → ``finished_at``
+around the whole trial (localization replay included). ``finished_at`` once was
+the driver's commit time, and a start computed as ``finished_at − wall_s`` made
+a sweep look shorter than the work its workers did; ``wall_s`` is now only the
+fallback for a trial no worker finished (``started_at`` null).
 """
 
 from __future__ import annotations
@@ -49,6 +56,48 @@ def dir_bytes(path: Path) -> dict[str, int]:
     return sizes
 
 
+def _epoch_s(stamps: Any) -> Any:
+    """Seconds since the epoch for a column of UTC timestamps (NaN where null)."""
+    import pandas as pd
+
+    return (pd.to_datetime(stamps, utc=True) - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+
+
+def trial_ends(trials: Any) -> Any:
+    """Per trial, the wall clock (epoch s) at which it ended: ``finished_at``."""
+    return _epoch_s(trials["finished_at"])
+
+
+def trial_starts(trials: Any) -> Any:
+    """Per trial, the wall clock (epoch s) at which it started on its worker.
+
+    ``started_at`` (the worker's stamp); only where that is null (a trial no
+    worker finished, or a table from before the column) ``finished_at − wall_s``,
+    the best the table then says.
+    """
+    fallback = trial_ends(trials) - trials["wall_s"].astype(float)
+    if "started_at" not in trials:
+        return fallback
+    return _epoch_s(trials["started_at"]).fillna(fallback)
+
+
+def trial_spans(trials: Any) -> Any:
+    """Per trial, seconds its worker spent on it, start stamp to end stamp (localization included)."""
+    return trial_ends(trials) - trial_starts(trials)
+
+
+def worker_busy_s(trials: Any) -> dict[int, float]:
+    """Per worker index, Σ of its trials' spans: the time that worker was inside a trial.
+
+    A worker runs one trial at a time, so this cannot exceed the sweep phase
+    (first start → last end); a benchmark that finds it does has a measuring bug.
+    Trials without a worker (``worker_index`` null) are left out.
+    """
+    spans = trial_spans(trials)
+    busy = spans.groupby(trials["worker_index"]).sum()
+    return {int(worker): float(seconds) for worker, seconds in busy.items()}
+
+
 @dataclass
 class CliRun:
     """One ``ampsweep run`` in a child process, and what its sweep folder says happened."""
@@ -69,13 +118,18 @@ class CliRun:
 
     @property
     def first_start(self) -> float:
-        """Wall clock at which the first trial started on a worker (``finished_at − wall_s``)."""
-        starts = [t.timestamp() - w for t, w in zip(self.trials["finished_at"], self.trials["wall_s"])]
-        return min(starts)
+        """Wall clock at which the first trial started on a worker (earliest ``started_at``)."""
+        return float(trial_starts(self.trials).min())
 
     @property
     def last_end(self) -> float:
-        return max(t.timestamp() for t in self.trials["finished_at"])
+        """Wall clock at which the last trial ended on a worker (latest ``finished_at``)."""
+        return float(trial_ends(self.trials).max())
+
+    @property
+    def worker_busy_s(self) -> dict[int, float]:
+        """Per worker index, Σ (``finished_at`` − ``started_at``) over its trials (``worker_busy_s``)."""
+        return worker_busy_s(self.trials)
 
     @property
     def compiles(self) -> int:

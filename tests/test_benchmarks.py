@@ -11,6 +11,7 @@ only that each section is produced and holds the rows it promises.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -70,6 +71,8 @@ EXPECTED: dict[str, list[str]] = {
         "## Against the limit (bench_limit)",
         "**Limit**",
         "**Sweep phase / limit**",
+        "busy per worker (Σ of its trials' `started_at` → `finished_at`)",
+        "worker time between trials (workers × phase − Σ busy)",
         "command start → first trial started",
         "Compiles vs distinct (worker, graph) pairs",
         "### Where the start-up goes (demo)",
@@ -108,9 +111,19 @@ def _run_tiny(name: str, out_dir: Path) -> tuple[int, str, str]:
     return done.returncode, section, done.stderr[-3000:]
 
 
+def _selected(session: pytest.Session) -> set[str]:
+    """The benchmarks whose section test this session runs: ``-k limit`` starts bench_limit only."""
+    return {
+        item.callspec.params["name"]
+        for item in session.items
+        if item.originalname == "test_benchmark_produces_its_section" and hasattr(item, "callspec")
+    }
+
+
 @pytest.fixture(scope="module")
-def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
+def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict[str, Future]:
     out_dir = tmp_path_factory.mktemp("bench-sections")
+    wanted = _selected(request.session)
     pool = ThreadPoolExecutor(max_workers=3)
     # the slowest first, so the pool's tail is short
     order = [
@@ -124,7 +137,11 @@ def sections(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Future]:
         "bench_watch",
         "bench_analysis",
     ]
-    futures = {name: pool.submit(_run_tiny, name, out_dir) for name in order if name not in SKIPPED}
+    futures = {
+        name: pool.submit(_run_tiny, name, out_dir)
+        for name in order
+        if name not in SKIPPED and name in wanted
+    }
     yield futures
     pool.shutdown(wait=True)
 
@@ -149,6 +166,89 @@ def test_benchmark_produces_its_section(name: str, sections: dict[str, Future]) 
             assert "| O2, black_list=[], float16 |" in section
         else:
             assert "Skipped: mindcv is not installed" in section
+
+
+def test_markdown_tables_become_json_figures_under_their_headings() -> None:
+    """The runner's ``results/<name>.json`` for a module that writes none: its section's tables."""
+    from benchmarks.__main__ import markdown_tables, section_figures
+
+    body = "\n".join(
+        [
+            "## Against something (bench_x)",
+            "",
+            "| | value |",
+            "|---|---:|",
+            "| Trials, steps run | 144, 36,634 |",
+            "| **Limit** | **65.0 s** |",
+            "| plain | 12.5 |",
+            "| count | 1,234 |",
+            "| negative | -3 |",
+            "| `a \\| b` | 2e-3 |",
+            "",
+            "### Where it goes",
+            "",
+            "```",
+            "## not a heading",
+            "| not | a table |",
+            "|---|---|",
+            "```",
+            "",
+            "| part | s |",
+            "|---|---:|",
+            "| import | 0.3 |",
+            "#### deeper headings do not count",
+            "",
+            "| k | n |",
+            "|:--|--:|",
+            "| x | 7 |",
+        ]
+    )
+    tables = markdown_tables(body)
+    assert [t["heading"] for t in tables] == ["Against something (bench_x)", "Where it goes", "Where it goes"]
+    assert tables[0]["columns"] == ["", "value"]
+    assert tables[0]["rows"] == [
+        ["Trials, steps run", "144, 36,634"],  # not one plain number: kept as written
+        ["**Limit**", "**65.0 s**"],
+        ["plain", 12.5],
+        ["count", 1234],
+        ["negative", -3],
+        ["`a | b`", 0.002],  # an escaped pipe stays inside its cell
+    ]
+    assert tables[1] == {"heading": "Where it goes", "columns": ["part", "s"], "rows": [["import", 0.3]]}
+    assert tables[2]["rows"] == [["x", 7]]
+    figures = section_figures("bench_x", body, "2026-12-04 10:00 UTC", "1.2")
+    assert figures == {
+        "name": "bench_x",
+        "measured_at": "2026-12-04 10:00 UTC",
+        "load_average": "1.2",
+        "tables": tables,
+    }
+    assert json.loads(json.dumps(figures)) == figures
+
+
+def test_a_trials_span_is_its_workers_stamps_and_busy_time_sums_them() -> None:
+    """Sweep phase and busy time come from ``started_at``/``finished_at``; ``wall_s`` only where no start."""
+    import pandas as pd
+
+    from benchmarks._common import CliRun, trial_spans
+
+    at = pd.Timestamp("2026-12-04 10:00:00", tz="UTC")
+    trials = pd.DataFrame(
+        {
+            "worker_index": [0, 0, 1, None],
+            "started_at": [at, at + pd.Timedelta(seconds=5), at + pd.Timedelta(seconds=1), pd.NaT],
+            "finished_at": [at + pd.Timedelta(seconds=s) for s in (4, 8.5, 9, 12)],
+            # wall_s is training only: shorter than the span (localization, workload build)
+            "wall_s": [3.0, 2.0, 6.0, 1.5],
+        }
+    )
+    run = CliRun(
+        wall_s=20.0, started_at=at.timestamp() - 2, ended_at=0.0, root=Path("."), trials=trials, steps_rows=0
+    )
+    assert list(trial_spans(trials)) == [4.0, 3.5, 8.0, 1.5]
+    assert run.first_start == at.timestamp()
+    assert run.last_end == at.timestamp() + 12
+    assert run.worker_busy_s == {0: 7.5, 1: 8.0}  # the driver-made failure has no worker
 
 
 @pytest.mark.skipif(not HAVE_MINDCV, reason="mindcv is not installed (pip install -e '.[models]')")
