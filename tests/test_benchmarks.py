@@ -65,7 +65,8 @@ EXPECTED: dict[str, list[str]] = {
         "Launcher cost per trial, steady state",
         "### Dispatch at scale (simulated cluster)",
         "sustained trials/s",
-        "Projection to 1,000 devices",
+        "**Flat in the device count:**",
+        "#### The driver loop alone",
     ],
     "bench_limit": [
         "## Against the limit (bench_limit)",
