@@ -6,6 +6,11 @@ what the ``steps`` table needs; the *sampled* one, which runs on every
 ``layer_every``-th step, adds the per-parameter gradient statistics of the
 ``layers`` table. Both compute the update with the same operations, so which
 one ran a step never changes the trajectory.
+
+A worker keeps one ``CompiledStep`` per graph and, per trial, only loads the
+trial's starting values into it (``load``); ``GraphCache`` also keeps each
+seed's starting values and converted batches (``jobs._starts``), so a trial
+on a graph the worker already holds builds nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FLOAT16_TINY, parse_loss_scale
 
 from ._config import TrialConfig
+from ._starts import StartCache
 from ._workload import Workload
 
 _EPS = 1e-6
@@ -24,7 +30,11 @@ _NO_CLIP = float(np.finfo(np.float32).max)
 # The sampled variant's second output, each per parameter: norm, max |g|, non-finite count,
 # exact zeros, and nonzero values float16 cannot hold at the step's loss scale (< 2^-24).
 SAMPLED_STATS = 5
+#: Length of the per-step metric vector (loss, norm, finite, scale) both variants begin with.
+HEAD = 4
 LEAN, SAMPLED = "lean", "sampled"
+#: Key of one Parameter of the training state: (owner, name), owner one of net, opt, scaler.
+StateKey = tuple[str, str]
 
 
 def make_scaler(loss_scale: str) -> Any:
@@ -62,6 +72,35 @@ def _training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[s
     return state
 
 
+def initial_state(config: TrialConfig, fresh: Workload) -> dict[StateKey, np.ndarray]:
+    """The values a fresh process starts this trial from, read from a freshly built workload.
+
+    The factory's own initialisation for this seed (the network before any
+    cast), a new optimizer over it and a new loss scaler. ``load`` puts them
+    into a compiled graph; ``jobs._starts`` keeps the network's and the
+    optimizer's per seed, so a later trial of that seed need not build them.
+    """
+    from ._loss_cell import NetworkWithLoss
+
+    source_optimizer = fresh.optimizer(fresh.network.trainable_params())
+    source = _training_state(
+        NetworkWithLoss(fresh.network, fresh.loss_fn), source_optimizer, make_scaler(config.loss_scale)
+    )
+    return {key: param.asnumpy() for key, param in source.items()}
+
+
+def scaler_state(loss_scale: str) -> dict[StateKey, np.ndarray]:
+    """A new loss scaler's values: the part of a trial's start that depends on its ``loss_scale``."""
+    scaler = make_scaler(loss_scale)
+    if scaler is None:
+        return {}
+    return {
+        ("scaler", name): value.asnumpy()
+        for name, value in vars(scaler).items()
+        if type(value).__name__ == "Parameter"
+    }
+
+
 class CompiledStep:
     """A network cast for one policy with its compiled training step, in two variants.
 
@@ -70,7 +109,11 @@ class CompiledStep:
       plus the clip and the update. Nothing per parameter leaves the graph.
     * ``step.sampled(clip, batch)`` -- the *sampled* variant, for the steps that
       reach the ``layers`` table: the same vector and the same update, plus a
-      ``3 × params`` vector (per-parameter L2 norm, max |g|, non-finite count).
+      ``SAMPLED_STATS × params`` vector (per-parameter L2 norm, max |g|,
+      non-finite count, zeros, values below 2^-24). The graph returns both as
+      one vector (``sampled_vector``): on MindSpore 2.10 a ``jit`` function
+      with a tuple output costs ~7 ms more per call than one with a single
+      tensor on the CPU backend, about three lean steps of seed_repro.
 
     Both variants are built from one Python function, so they share the
     parameters, the optimizer and the loss scaler, and compute loss, norm,
@@ -79,8 +122,9 @@ class CompiledStep:
     whichever variant ran it. Each variant compiles on its first call, so a
     graph costs at most two compiles per worker; ``compiled`` says which have.
 
-    One instance serves every trial of its graph: ``reset`` loads a trial's
-    starting state into the compiled graphs instead of rebuilding them.
+    One instance serves every trial of its graph: ``load`` (or ``reset``)
+    puts a trial's starting state into the compiled graphs instead of
+    rebuilding them.
     """
 
     def __init__(self, config: TrialConfig, workload: Workload) -> None:
@@ -98,6 +142,10 @@ class CompiledStep:
         scaler = make_scaler(config.loss_scale)
         self._state = _training_state(loss_cell, optimizer, scaler)
         self._reset_graph: Any = None
+        self._dtypes: dict[StateKey, np.dtype] | None = None  # of each state Parameter, read once
+        #: True on the CPU backend: outputs already live in host memory, so copying each
+        #: step's vector on its own is cheaper than a ``stack`` op (see ``jobs._trainer``)
+        self.on_host = ms.get_context("device_target") == "CPU"
         #: the variants that have compiled (run at least once) in this process
         self.compiled: set[str] = set()
         skips_nonfinite = scaler is not None
@@ -169,7 +217,8 @@ class CompiledStep:
             # what the float16 backward saw is the scaled gradient: below 2^-24 it flushes to zero
             tiny = ops.logical_and(magnitude * scale < FLOAT16_TINY, ops.logical_not(zero))
             below = ops.unsorted_segment_sum(tiny.astype(mstype.float32), segments, n_params)
-            return head, ops.concat([ops.sqrt(squares), absmax, bad, zeros, below])
+            # one output tensor (HEAD scalars, then the statistics): see the class docstring
+            return ops.concat([head, ops.sqrt(squares), absmax, bad, zeros, below])
 
         self._lean = ms.jit(lean_step)
         self._sampled = ms.jit(sampled_step)
@@ -177,29 +226,26 @@ class CompiledStep:
         self._float32 = mstype.float32
 
     def reset(self, config: TrialConfig, fresh: Workload) -> None:
-        """Load the state a fresh process would start this trial from.
+        """Load the state a fresh process would start this trial from, read from a freshly built workload."""
+        self.load(initial_state(config, fresh))
 
-        Values come from a freshly built workload (the factory's own
-        initialisation for this seed, a new optimizer, a new loss scaler) and
-        are assigned *inside* a compiled function: assigning from Python does
-        not reach a graph that is already compiled.
+    def load(self, source: dict[StateKey, np.ndarray]) -> None:
+        """Load a trial's starting values (``initial_state``) into the compiled graphs.
+
+        They are assigned *inside* a compiled function: assigning from Python
+        (``set_data``) does not reach a graph that is already compiled. The
+        assignment graph compiles on a graph's first reuse (~0.3 s on a CPU).
         """
         import mindspore as ms
         from mindspore import ops
 
-        from ._loss_cell import NetworkWithLoss
-
-        source_optimizer = fresh.optimizer(fresh.network.trainable_params())
-        source = _training_state(
-            NetworkWithLoss(fresh.network, fresh.loss_fn), source_optimizer, make_scaler(config.loss_scale)
-        )
         if source.keys() != self._state.keys():
             missing = sorted(set(self._state) ^ set(source))[:3]
             raise RuntimeError(f"the workload built a different set of parameters this time: {missing}")
         keys = list(self._state)
-        values = tuple(
-            ms.Tensor(source[key].asnumpy().astype(self._state[key].asnumpy().dtype)) for key in keys
-        )
+        if self._dtypes is None:
+            self._dtypes = {key: param.asnumpy().dtype for key, param in self._state.items()}
+        values = tuple(ms.Tensor(np.asarray(source[key]).astype(self._dtypes[key])) for key in keys)
         if self._reset_graph is None:
             targets = [self._state[key] for key in keys]
 
@@ -240,21 +286,29 @@ class CompiledStep:
         self.compiled.add(LEAN)
         return self._lean(clip, *batch)
 
-    def sampled(self, clip: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
-        """One step that reaches ``layers``: the same vector, and the per-parameter statistics."""
+    def sampled_vector(self, clip: Any, batch: tuple[Any, ...]) -> Any:
+        """One step that reaches ``layers``: the ``HEAD`` scalars, then the per-parameter statistics."""
         self.compiled.add(SAMPLED)
         return self._sampled(clip, *batch)
 
+    def sampled(self, clip: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
+        """``sampled_vector`` split: the same vector as the lean variant, and the statistics."""
+        vector = self.sampled_vector(clip, batch)
+        return vector[:HEAD], vector[HEAD:]
+
 
 class GraphCache:
-    """Compiled steps kept by one worker process, one per graph id.
+    """Compiled steps kept by one worker process, one per graph id, and the seeds' starts.
 
     Trials that differ only in clip threshold, seed or static scale value
-    share a graph; a worker compiles each graph once and resets it per trial.
+    share a graph; a worker compiles each graph once and loads each trial's
+    starting values into it. ``starts`` keeps those values and the batches per
+    seed (``jobs._starts``), so the trial after builds no workload at all.
     """
 
     def __init__(self) -> None:
         self._steps: dict[tuple[str, str], CompiledStep] = {}
+        self.starts = StartCache()
 
     def step_for(
         self, config: TrialConfig, workload_ref: str, workload: Workload
@@ -268,6 +322,13 @@ class GraphCache:
         step = CompiledStep(config, workload)
         self._steps[key] = step
         return step, False
+
+    def held(self, config: TrialConfig, workload_ref: str) -> CompiledStep | None:
+        """This trial's graph if this process has built it (compiled or not), else None."""
+        return self._steps.get((workload_ref, config.graph_id))
+
+    def hold(self, config: TrialConfig, workload_ref: str, step: CompiledStep) -> None:
+        self._steps[(workload_ref, config.graph_id)] = step
 
     def compiled_for(self, config: TrialConfig, workload_ref: str) -> CompiledStep | None:
         """This trial's graph if this process has already compiled its lean variant, else None."""

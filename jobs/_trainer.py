@@ -8,14 +8,19 @@ step runs, returns only what the ``steps`` table needs; the *sampled* one,
 which runs on every ``layer_every``-th step, adds the per-parameter gradient
 statistics of the ``layers`` table. Both compute the update with the same
 operations, so which one ran a step never changes the trajectory. Per-step
-vectors are stacked and copied to the host in blocks, so the host sees no
-per-element traffic and divergence is still caught within one block.
+vectors are copied to the host in blocks, so the host sees no per-step
+synchronisation and divergence is still caught within one block.
+
+In a worker (a ``GraphCache``) a trial on a graph the process already holds
+builds nothing: the seed's starting values are loaded into the compiled graph
+and its batches, converted once, are reused (``jobs._starts``).
 """
 
 from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +28,14 @@ import numpy as np
 
 from ampsweep.contracts import FP32_LEVEL, final_loss
 
-from ._batches import batch_stream
+from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
 from ._config import TrialConfig
 from ._placement import Placement
 from ._result import Outcome, TrialResult
 from ._snapshot import recall, snapshot_of, starting_from
-from ._step import LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache
+from ._starts import TrialStart, draw, start_key
+from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
 from ._workload import Workload, build_workload
 
 #: Steps whose metrics are copied to the host together.
@@ -86,10 +92,37 @@ def _first_abort(finite_loss: np.ndarray, abort_after: int) -> int | None:
     return None
 
 
+def _to_host(step: CompiledStep, vectors: list[Any]) -> np.ndarray:
+    """Step outputs as one ``[len(vectors), length]`` array; a sampled vector is cut to its ``HEAD``.
+
+    On the CPU backend each output already sits in host memory: reading each
+    (~7 µs) beats a ``stack`` op over the block (~2 ms per 25 steps on one
+    core, 3 % of seed_repro's step time). Elsewhere one device op gathers
+    the block and one copy brings it over. Either way the values are the
+    outputs' own, bit for bit.
+    """
+    from mindspore import ops
+
+    if step.on_host:
+        return np.stack([vector.asnumpy()[:HEAD] for vector in vectors])
+    return ops.stack([v if v.shape[0] == HEAD else v[:HEAD] for v in vectors]).asnumpy()
+
+
+def _statistics(step: CompiledStep, vectors: list[Any]) -> np.ndarray:
+    """The per-parameter statistics of the sampled steps' vectors, ``[len(vectors), SAMPLED_STATS × params]``."""
+    from mindspore import ops
+
+    if not vectors:
+        return np.zeros((0, SAMPLED_STATS * len(step.layer_names)), np.float32)
+    if step.on_host:
+        return np.stack([vector.asnumpy()[HEAD:] for vector in vectors])
+    return ops.stack(vectors).asnumpy()[:, HEAD:]
+
+
 def _train(
-    config: TrialConfig, workload: Workload, step: CompiledStep
+    config: TrialConfig, batches: Iterable[tuple[Any, ...]], step: CompiledStep
 ) -> tuple[TrialMetrics, float, int | None]:
-    """Run the trial's steps; returns its metrics, the compile time it paid, and where it aborted.
+    """Run the trial's steps on ``batches``; returns its metrics, the compile time it paid, and where it aborted.
 
     Step ``i`` runs the sampled variant when ``i % layer_every == 0`` (so step 0
     always does) and the lean variant otherwise. A variant's first call in this
@@ -97,11 +130,8 @@ def _train(
     excess over a typical step is the compile time. The per-parameter
     statistics stay on the device until the trial ends and are copied once.
     """
-    from mindspore import ops
-
     clip = step.clip_tensor(config.clip)
     every = max(1, config.layer_every)
-    batches = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
     rows: list[np.ndarray] = []
     step_ms: list[float] = []
     first_calls: list[tuple[int, float]] = []  # (step, seconds) of each compiling call
@@ -113,7 +143,7 @@ def _train(
     def flush() -> None:
         nonlocal pending, block_start
         if pending:
-            block = ops.stack(pending).asnumpy()
+            block = _to_host(step, pending)
             elapsed = (time.perf_counter() - block_start) * 1000.0
             step_ms.extend([elapsed / len(pending)] * len(pending))
             rows.append(block)
@@ -127,13 +157,13 @@ def _train(
         if compiles:
             flush()  # time the compiling call alone
         if variant == SAMPLED:
-            head, stats = step.sampled(clip, batch)
+            head = step.sampled_vector(clip, batch)  # HEAD scalars, then the statistics
             sampled_at.append(index)
-            sampled_stats.append(stats)
+            sampled_stats.append(head)
         else:
             head = step(clip, batch)
         if compiles:
-            rows.append(head.asnumpy()[None, :])
+            rows.append(head.asnumpy()[None, :HEAD])
             seconds = time.perf_counter() - block_start
             first_calls.append((index, seconds))
             step_ms.append(seconds * 1000.0)
@@ -154,11 +184,7 @@ def _train(
     compile_s = _compile_seconds(first_calls, ms_per_step, n)
     params = len(step.layer_names)
     kept = [i for i, at in enumerate(sampled_at) if at < n]
-    stats = (
-        ops.stack([sampled_stats[i] for i in kept]).asnumpy()
-        if kept
-        else np.zeros((0, SAMPLED_STATS * params), np.float32)
-    )
+    stats = _statistics(step, [sampled_stats[i] for i in kept])
     metrics = TrialMetrics(
         loss=table[:, _LOSS].astype(np.float64),
         grad_norm=table[:, _NORM].astype(np.float64),
@@ -217,6 +243,48 @@ def skip_batches(config: TrialConfig, workload: Workload) -> int:
     return config.start_step - workload.data_start
 
 
+def _begin(
+    config: TrialConfig, workload_ref: str, cache: GraphCache
+) -> tuple[CompiledStep, bool, Iterable[tuple[Any, ...]], float | None]:
+    """The trial's graph with its starting state loaded, whether it was reused, its batches, its target loss.
+
+    With the graph and the seed's start both held, nothing is built: the
+    start's values go into the graph and its batches are the ones converted
+    for an earlier trial. Otherwise the workload is built as a fresh process
+    builds it; a new graph is cast from it, a held graph loads the values the
+    seed starts from; the batches it yields are drawn now and the start kept
+    for the trials after (``jobs._starts``).
+    """
+    key = start_key(config, workload_ref)
+    start = cache.starts.get(key)
+    step = cache.held(config, workload_ref)
+    if step is not None and start is not None and start.state is not None and start.batches is not None:
+        seed_everything(config.seed)  # what trial_workload does first
+        step.load({**start.state, **scaler_state(config.loss_scale)})
+        return step, True, start.batches, start.target_loss
+    workload = trial_workload(config, workload_ref)
+    state = start.state if start is not None else None
+    if step is None:
+        step, reused = CompiledStep(config, workload), False
+        cache.hold(config, workload_ref, step)
+    else:
+        if state is None:
+            state = initial_state(config, workload)
+            state = {name: value for name, value in state.items() if name[0] != "scaler"}  # per trial
+        step.load({**state, **scaler_state(config.loss_scale)})
+        reused = True
+    kept = start.batches if start is not None else None
+    if kept is not None:
+        batches: Iterable[tuple[Any, ...]] = kept
+    else:
+        stream = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
+        if is_dataset(workload.batches):  # its epochs reshuffle from state outside the factory
+            return step, reused, stream, workload.target_loss
+        kept, batches = draw(stream, cache.starts.budget)
+    cache.starts.put(key, TrialStart(workload.target_loss, kept, state))
+    return step, reused, batches, workload.target_loss
+
+
 def run_trial(
     config: TrialConfig,
     workload_ref: str,
@@ -229,13 +297,14 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
-        workload = trial_workload(config, workload_ref)
-        target_loss = workload.target_loss
         if cache is None:
+            workload = trial_workload(config, workload_ref)
+            target_loss = workload.target_loss
             step, reused = CompiledStep(config, workload), False
+            batches = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
         else:
-            step, reused = cache.step_for(config, workload_ref, workload)
-        metrics, compile_s, abort_at = _train(config, workload, step)
+            step, reused, batches, target_loss = _begin(config, workload_ref, cache)
+        metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
             compile_s = 0.0
         snapshot = snapshot_of(step.named_state()) if config.save_snapshot and abort_at is None else None
