@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -42,7 +43,11 @@ print(json.dumps([result.steps.column(name).to_pylist() for name in ("loss", "gr
 
 
 def _fresh_process(config: TrialConfig) -> list:
-    fields = {**config.__dict__, "black_list": list(config.black_list)}
+    # the dataclass fields only: ``trial_id``/``graph_id`` are cached beside them once asked for
+    fields = {
+        **{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
+        "black_list": list(config.black_list),
+    }
     out = subprocess.run(
         [sys.executable, "-c", _FRESH, json.dumps(fields)], capture_output=True, text=True, check=True
     ).stdout
