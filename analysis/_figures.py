@@ -24,7 +24,14 @@ import numpy as np
 
 from . import _classes as cls
 from ._heatmap import divergence_map
-from ._model import FailureFigureData, FigureData, GradNormFigureData, LayerFigureData, LossFigureData
+from ._model import (
+    FailureFigureData,
+    FigureData,
+    GradNormFigureData,
+    LayerFigureData,
+    LossFigureData,
+    SweepAnalysis,
+)
 from ._plot import FigureImage, new_figure, plot_text, png
 
 FLOAT16_MAX = 65504.0
@@ -280,3 +287,14 @@ def kind_figures(data: FigureData, key: str) -> list[FigureImage]:
         lambda: failure_figure(data.failure, key),
     ]
     return [image for make in makers if (image := make()) is not None]
+
+
+def report_figures(a: SweepAnalysis) -> list[list[FigureImage]]:
+    """Every device kind's figures, drawn once for the whole report (index = kind index).
+
+    report.html embeds them and ``failure.png`` is the failure figure among
+    them: drawing is most of a report's time (matplotlib's layout), so
+    nothing draws a figure twice, and ``ampsweep run`` can draw while its FP32
+    profile still runs (the figures do not show it).
+    """
+    return [kind_figures(k.figures, f"k{i}") if k.figures is not None else [] for i, k in enumerate(a.kinds)]

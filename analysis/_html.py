@@ -93,10 +93,10 @@ def _figure(image: FigureImage) -> str:
 class _Renderer:
     """Formats blocks; draws each kind's figures once (from its data) and hands them out by key."""
 
-    def __init__(self, a: SweepAnalysis, figures: bool) -> None:
+    def __init__(self, a: SweepAnalysis, figures: bool, images: list[list[FigureImage]] | None) -> None:
         self._a = a
         self._figures = figures
-        self._images: dict[int, list[FigureImage]] = {}
+        self._images: dict[int, list[FigureImage]] = dict(enumerate(images)) if images is not None else {}
 
     def _images_of(self, index: int) -> list[FigureImage]:
         if index not in self._images:
@@ -148,13 +148,15 @@ class _Renderer:
         return "\n".join(p for p in parts if p)
 
 
-def render_html(a: SweepAnalysis, figures: bool = True) -> str:
+def render_html(a: SweepAnalysis, figures: bool = True, images: list[list[FigureImage]] | None = None) -> str:
     """The whole page, formatted from ``a`` alone (no file is read).
 
     ``figures=False`` skips matplotlib (for quick text-only checks); so does an
     analysis made with ``analyze(..., figures=False)``, which holds no figure data.
+    ``images``: the figures :func:`analysis._figures.report_figures` drew for
+    ``a`` already (the writer's, for failure.png too); drawn here when None.
     """
-    renderer = _Renderer(a, figures)
+    renderer = _Renderer(a, figures, images)
     body = [f"<h1>{_esc(title(a))}</h1>", *[renderer.section(s) for s in report_sections(a)]]
     return (
         "<!DOCTYPE html>\n"

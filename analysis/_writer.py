@@ -25,12 +25,13 @@ from ampsweep.contracts import SPEC_FILE
 
 from ._analyze import analyze
 from ._csv import ranking_csv
-from ._figures import failure_figure
+from ._figures import report_figures
 from ._html import render_html
 from ._load import resolve
 from ._markdown import render_markdown
 from ._model import SweepAnalysis
 from ._next_sweep import NEXT_SPEC_FILE, next_spec
+from ._plot import FigureImage
 from ._recommendation import recommendation_json
 from ._text import failure_file
 
@@ -53,14 +54,20 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_report(
-    sweep_dir: str | Path, out_dir: str | Path | None = None, analysis: SweepAnalysis | None = None
+    sweep_dir: str | Path,
+    out_dir: str | Path | None = None,
+    analysis: SweepAnalysis | None = None,
+    images: list[list[FigureImage]] | None = None,
 ) -> Path:
     """Write ``ranking.csv``, ``report.md``, ``report.html`` and
     ``recommendation.json``; return the path of ``report.md``.
 
     ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep
     folder is a URI or read-only. ``analysis`` reuses an ``analyze`` result
-    already in hand instead of reading the sweep again.
+    already in hand instead of reading the sweep again; ``images``, that
+    analysis's figures (:func:`analysis._figures.report_figures`) drawn
+    already. Each figure is drawn once: report.html embeds it and
+    ``failure.png`` is the same image.
     """
     if out_dir is None and "://" in str(sweep_dir):
         raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")
@@ -69,9 +76,11 @@ def write_report(
     target = Path(out_dir) if out_dir is not None else Path(resolve(sweep_dir).root) / "report"
     _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
     _atomic_write(target / "recommendation.json", recommendation_json(analysis))
-    _atomic_write(target / "report.html", render_html(analysis))
-    for index, kind in enumerate(analysis.kinds):
-        image = failure_figure(kind.figures.failure if kind.figures else None, f"k{index}")
+    if images is None:
+        images = report_figures(analysis)
+    _atomic_write(target / "report.html", render_html(analysis, images=images))
+    for index, drawn in enumerate(images):
+        image = next((i for i in drawn if i.key.startswith("failure-")), None)
         if image is not None:  # report.md shows it as a file beside itself
             _atomic_write_bytes(target / failure_file(index), base64.b64decode(image.png_base64))
     following = next(

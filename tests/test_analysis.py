@@ -487,6 +487,39 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert len(top) == 2 and list(top["rank"]) == [1, 2]
 
 
+def test_the_report_draws_each_figure_once_and_failure_png_is_the_embedded_one(tmp_path, monkeypatch) -> None:
+    """``ampsweep run`` draws while its profile runs; a figure drawn twice was most of a report's time."""
+    import base64
+
+    from ampsweep.analysis import _figures, _heatmap, _plot
+
+    root = tmp_path / "unit-sweep"
+    build_ranked_sweep(root)
+    a = analysis.analyze(root)
+    drawn: list[str] = []
+    real_png = _plot.png
+
+    def counted(fig):
+        drawn.append(fig.axes[0].get_title() if fig.axes else "")
+        return real_png(fig)
+
+    monkeypatch.setattr(_figures, "png", counted)
+    monkeypatch.setattr(_heatmap, "png", counted)
+    images = _figures.report_figures(a)
+    assert len(drawn) == sum(len(i) for i in images) > 0
+    report = analysis.write_report(root, analysis=a, images=images)
+    assert len(drawn) == sum(len(i) for i in images)  # the writer drew nothing again
+    failure = next(i for i in images[0] if i.key.startswith("failure-"))
+    assert (report.parent / "failure.png").read_bytes() == base64.b64decode(failure.png_base64)
+    assert failure.png_base64 in (report.parent / "report.html").read_text()
+
+    # one Agg draw gives the very file savefig (two draws, an RGBA PNG between) gave
+    monkeypatch.setattr(_figures, "png", real_png)
+    monkeypatch.setattr(_heatmap, "png", real_png)
+    monkeypatch.setattr(_plot, "_drawn", lambda fig: None)
+    assert [i.png_base64 for i in _figures.report_figures(a)[0]] == [i.png_base64 for i in images[0]]
+
+
 def test_snippets() -> None:
     row = {
         "amp_level": "O2",
