@@ -65,6 +65,9 @@ class InProcessActors:
         self.calls += 1
         return self._answer(actor.run, config, workload_ref, hint, start)
 
+    def profile(self, actor: NoopTrialWorker, args: tuple[Any, ...]) -> int:
+        return self._answer(lambda *_: None, *args)
+
     def kill(self, actor: NoopTrialWorker) -> None:
         pass
 

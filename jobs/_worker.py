@@ -19,6 +19,7 @@ from ampsweep.contracts import parse_reference
 
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement, overflow_mode
+from ._profile import Profile
 from ._result import TrialResult
 
 
@@ -76,9 +77,7 @@ class TrialWorker:
         from ._diagnose import diagnose
         from ._trainer import run_trial
 
-        reference = parse_reference(workload_ref)
-        if reference.is_file and not os.path.isabs(reference.module):
-            workload_ref = str(reference.with_module(os.path.join(self.home, reference.module)))
+        workload_ref = self._here(workload_ref)
         if start is not None and config.start_from:
             from ._snapshot import remember
 
@@ -91,6 +90,35 @@ class TrialWorker:
             result.diagnose_s = time.perf_counter() - replay_started
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result
+
+
+    def profile(
+        self,
+        workload_ref: str,
+        seed: int,
+        steps: int,
+        workload_args: dict[str, Any],
+        start_step: int = 0,
+        checkpoint: bytes | None = None,
+    ) -> Profile:
+        """The FP32 float16-headroom profile (``jobs.profile``), on this actor's device.
+
+        A sweep hands it to the first actor its queue leaves idle, so it runs
+        while the other actors finish their last trials instead of after them
+        on the driver's CPU.
+        """
+        from ._profile import profile
+
+        return profile(
+            self._here(workload_ref), seed, steps, workload_args, start_step=start_step, checkpoint=checkpoint
+        )
+
+    def _here(self, workload_ref: str) -> str:
+        """A relative workload file is relative to where Ray started this actor."""
+        reference = parse_reference(workload_ref)
+        if reference.is_file and not os.path.isabs(reference.module):
+            return str(reference.with_module(os.path.join(self.home, reference.module)))
+        return workload_ref
 
 
 def _node_id() -> str:

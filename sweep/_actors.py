@@ -38,6 +38,8 @@ class Actors(Protocol):
         self, actor: Any, config: TrialConfig, workload_ref: str, hint: float | None, start: Any
     ) -> Any: ...
 
+    def profile(self, actor: Any, args: tuple[Any, ...]) -> Any: ...
+
     def kill(self, actor: Any) -> None: ...
 
 
@@ -66,6 +68,9 @@ class RayActors:
 
     def run(self, actor: Any, config: TrialConfig, workload_ref: str, hint: float | None, start: Any) -> Any:
         return self._watch(actor.run.remote(config, workload_ref, hint, start))
+
+    def profile(self, actor: Any, args: tuple[Any, ...]) -> Any:
+        return self._watch(actor.profile.remote(*args))
 
     def kill(self, actor: Any) -> None:
         import ray

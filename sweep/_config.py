@@ -48,6 +48,9 @@ class RunConfig:
     runtime_env: dict[str, Any] | None = None
     #: None: the spec's ``max_attempts`` with the default slot policy
     failure: FailurePolicy | None = None
+    #: also run the FP32 float16-headroom profile (``ampsweep profile``) on the first actor the
+    #: trial queue leaves idle; it lands in ``SweepResult.profile`` (the CLI writes profile.json)
+    profile: bool = False
 
     def __post_init__(self) -> None:
         if self.workers is not None and (

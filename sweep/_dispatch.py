@@ -74,6 +74,19 @@ class DispatchOptions:
     depth: int = 2
 
 
+@dataclass
+class TailCall:
+    """One call that is not a trial (the FP32 profile), for the first actor the queue leaves idle.
+
+    It runs while the other actors finish their last trials. ``answer`` is its
+    result, or the exception it ended with; None while it has not run.
+    """
+
+    args: tuple[Any, ...]
+    answer: Any = None
+    sent: bool = False
+
+
 def workload_frame(traceback_text: str | None) -> str:
     """The last traceback frame outside ampsweep, MindSpore and the standard library: the user's line."""
     if not traceback_text:
@@ -109,6 +122,7 @@ class Dispatcher:
         baselines: Baselines,
         forks: Forks | None = None,
         actors: Actors | None = None,
+        tail: TailCall | None = None,
     ) -> None:
         self.baselines = baselines
         self.slots = slots
@@ -132,6 +146,9 @@ class Dispatcher:
         self._running = 0  # slots with at least one call
         #: calls that were running on an actor when it died (the others behind it never started)
         self._lost: set[Any] = set()
+        self.tail = tail
+        self._tail_call: Any = None
+        self._tail_slot: tuple[Slot, Any] | None = None
         self.last_error = ""
 
     @property
@@ -188,6 +205,12 @@ class Dispatcher:
             if not slot.calls:
                 self._running += 1
             slot.calls.append(call)
+        if self.tail is not None and not self.tail.sent and not self.queue and not slot.calls and slot.ready:
+            self.tail.sent = True
+            self._tail_call = self.actors.profile(slot.actor, self.tail.args)
+            self._tail_slot = (slot, slot.actor)
+            slot.calls.append(self._tail_call)
+            self._running += 1
 
     def _answered(self, slot: Slot, call: Any) -> None:
         """``call`` is no longer in flight on ``slot``."""
@@ -250,7 +273,7 @@ class Dispatcher:
                 self._start_actor(slot)
                 self._dispatch(slot, before_ready=True)
         try:
-            while self.in_flight or (self.queue and self.probes):
+            while self.in_flight or (self.queue and self.probes) or self._tail_call is not None:
                 problem = watch.problem()
                 if problem:
                     raise ClusterLost(problem, self.committed, self._left())
@@ -264,6 +287,8 @@ class Dispatcher:
                     self._probe_answered(call, answer)
                 elif call in self.in_flight:
                     self._trial_answered(call, answer)
+                elif call is self._tail_call:
+                    self._tail_answered(call, answer)
         except KeyboardInterrupt:
             raise Interrupted("interrupted", self.committed, self._left()) from None
         finally:
@@ -282,7 +307,8 @@ class Dispatcher:
         if now < self._next_beat:
             return
         self._next_beat = now + _TICK_S
-        self.heartbeat([self.in_flight[slot.calls[0]][2].trial_id for slot in self.slots if slot.calls])
+        running = (self.in_flight.get(slot.calls[0]) for slot in self.slots if slot.calls)
+        self.heartbeat([held[2].trial_id for held in running if held is not None])  # not the profile
         self.bar.set_running(self._running)
 
     def _probe_answered(self, call: Any, answer: Future[Any]) -> None:
@@ -334,6 +360,20 @@ class Dispatcher:
         self._last_live = time.monotonic()
         self._dispatch(slot)
         self._finish(result)
+
+    def _tail_answered(self, call: Any, answer: Future[Any]) -> None:
+        assert self._tail_slot is not None
+        slot, actor = self._tail_slot
+        self._tail_call = None
+        self._answered(slot, call)
+        try:
+            self.tail.answer = answer.result()  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - the profile is extra: its failure is reported, not raised
+            self.tail.answer = exc  # type: ignore[union-attr]
+            if isinstance(exc, self.actors.actor_died) and actor is slot.actor:
+                self._actor_died(slot, exc)
+            return
+        self._dispatch(slot)  # a trial that came back to the queue meanwhile (its worker died)
 
     def _actor_died(self, slot: Slot, exc: BaseException, running_left: bool = False) -> None:
         """``running_left``: the failure that told us came from a queued call, so the oldest

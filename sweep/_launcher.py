@@ -17,7 +17,7 @@ from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
 from ._actors import Actors
 from ._config import FailurePolicy, RunConfig
-from ._dispatch import Dispatcher, DispatchOptions, Slot
+from ._dispatch import Dispatcher, DispatchOptions, Slot, TailCall
 from ._health import ClusterWatch
 from ._lock import DriverLock
 from ._plan import SweepPlan
@@ -188,11 +188,35 @@ def drive_trials(
     with SweepProgress(len(plan), done, run.progress) as bar:
         finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
         baselines = store.baselines(plan.trials, finished)
+        tail = _profile_call(plan, workload_ref, forks) if run.profile else None
         dispatcher = Dispatcher(
-            slots, pending, options, commit, bar, heartbeat, done, baselines, forks, actors
+            slots, pending, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
         )
         dispatcher.run(watch)
+    if tail is not None and tail.sent:
+        if isinstance(tail.answer, BaseException):
+            text = str(tail.answer).strip()
+            result.profile_error = f"{type(tail.answer).__name__}: {text.splitlines()[-1] if text else ''}"
+        else:
+            result.profile = tail.answer
     return dispatcher
+
+
+def _profile_call(plan: SweepPlan, workload_ref: str, forks: Forks | None) -> TailCall | None:
+    """The FP32 profile of the first seed, from where its trials start (as ``ampsweep profile``).
+
+    None when that start is not at hand (a snapshot no pending trial uses): the
+    caller then profiles in the driver, as ``ampsweep profile`` would.
+    """
+    first = plan.trials[0]
+    start = None
+    if first.start_from:
+        start = forks.refs.get(first.start_from) if forks is not None else None
+        if start is None:
+            return None
+    return TailCall(
+        (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
+    )
 
 
 def _own_node() -> str | None:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ampsweep.analysis import SweepAnalysis
+    from ampsweep.jobs import Profile
 
 
 @dataclass
@@ -26,6 +27,9 @@ class SweepResult:
     skipped: int
     ran: int
     outcomes: dict[str, int] = field(default_factory=dict)
+    #: the FP32 profile a worker ran at the sweep's end (``RunConfig.profile``), or why there is none
+    profile: Profile | None = None
+    profile_error: str | None = None
 
     @property
     def is_local(self) -> bool:

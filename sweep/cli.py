@@ -13,13 +13,17 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._api import Sweep
 from ._config import RunConfig
 from ._errors import SpecError, SweepStopped
 from ._overlap import _beside, while_ray_stops
+from ._result import SweepResult
 from .devices import DEVICE_KINDS
+
+if TYPE_CHECKING:
+    from ampsweep.jobs import Profile
 
 EXIT_USAGE = 2
 #: what a shell reports for a process ended by SIGPIPE (128 + 13)
@@ -125,7 +129,7 @@ def _print_answer(result: Any, top: int, report: Path) -> None:
     sys.stdout.flush()
 
 
-def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int) -> None:
+def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int, run: SweepResult | None = None) -> None:
     """The end of a local run: profile.json, the report and the answer, all while Ray shuts down.
 
     Three independent waits remain once the last trial has ended, and run side
@@ -148,7 +152,7 @@ def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int) -> None:
         return result, report_figures(result)
 
     def report() -> tuple[Any, Path]:
-        result, images = _beside(analysis_and_figures, lambda: _write_profile(sweep, root, spec_path))
+        result, images = _beside(analysis_and_figures, lambda: _write_profile(sweep, root, spec_path, run))
         result.profile = read_profile(root)  # written by now (or never): the analysis may predate it
         return result, write_report(root, analysis=result, images=images)
 
@@ -156,11 +160,13 @@ def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int) -> None:
     _print_answer(result, top, path)
 
 
-def _write_profile(sweep: Sweep, root: Path, spec_path: str) -> None:
+def _write_profile(sweep: Sweep, root: Path, spec_path: str, run: SweepResult | None = None) -> None:
     """The FP32 float16-headroom profile the report shows: one FP32 run with hooks, once per folder.
 
-    It never fails the sweep: a workload the profile cannot run leaves the
-    report without it, and says so in one line.
+    A worker ran it at the sweep's end when it could (``run.profile``, on the
+    sweep's own device); else it runs here, in the driver, on a CPU sweep. It
+    never fails the sweep: a workload the profile cannot run leaves the report
+    without it, and says so in one line.
     """
     from ampsweep.contracts import PROFILE_FILE, SNAPSHOT_FOLDER
 
@@ -168,6 +174,12 @@ def _write_profile(sweep: Sweep, root: Path, spec_path: str) -> None:
 
     target = root / PROFILE_FILE
     if target.exists():
+        return
+    if run is not None and run.profile_error:
+        print(f"ampsweep: no FP32 profile in the report ({run.profile_error})", file=sys.stderr)
+        return
+    if run is not None and run.profile is not None:
+        _save_profile(run.profile, target)
         return
     if _device_kinds(root) - {"cpu"}:
         # the profile runs in this process, on its CPU: on a GPU/NPU sweep that can cost far more
@@ -179,6 +191,10 @@ def _write_profile(sweep: Sweep, root: Path, spec_path: str) -> None:
     except Exception as exc:  # noqa: BLE001 - the trials are committed; the profile is extra
         print(f"ampsweep: no FP32 profile in the report ({type(exc).__name__}: {exc})", file=sys.stderr)
         return
+    _save_profile(found, target)
+
+
+def _save_profile(found: Profile, target: Path) -> None:
     temporary = target.with_name(f".tmp-{target.name}")
     temporary.write_text(json.dumps(found.as_json(), allow_nan=False, default=_plain) + "\n")
     temporary.replace(target)
@@ -210,6 +226,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         compute_on=args.compute_on,
         progress=not args.no_progress,
         keep_going=args.keep_going,
+        # the report's FP32 profile, run by the first worker the trials leave idle
+        profile="://" not in args.out,
     )
     sweep = validate_while_ray_starts(Path(args.spec), config)
     try:
@@ -231,7 +249,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     else:
         # the answer first, then the table; what ran is a footnote
-        _finish_local(sweep, Path(result.root), args.spec, args.top)
+        _finish_local(sweep, Path(result.root), args.spec, args.top, result)
         print(done)
         if args.whole_process:
             _exit_now(0)

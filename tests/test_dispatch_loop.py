@@ -74,3 +74,37 @@ def test_a_dead_actor_s_trials_run_again_and_only_the_running_one_counts_an_atte
     running, queued = actors.lost
     assert trials.loc[running, "attempts"] == 2
     assert trials.loc[queued, "attempts"] == 1
+
+
+class _Profiled(InProcessActors):
+    """Records when the profile call comes, against the trials already handed out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.profiled_after: list[int] = []
+
+    def profile(self, actor, args):
+        self.profiled_after.append(self.calls)
+        return self._answer(lambda *given: ("profile", given), *args)
+
+
+def test_the_profile_goes_once_to_the_first_actor_the_queue_leaves_idle(tmp_path):
+    actors = _Profiled()
+    raw = {
+        "name": "loop",
+        "workload": f"{NOOP}:make",
+        "steps": 1,
+        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": [0, 1, 2]},
+        "devices": "ascend",
+    }
+    plan = Sweep(raw).plan()
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=True), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    assert actors.profiled_after == [len(plan)], "once, after every trial was handed out"
+    name, args = result.profile
+    assert name == "profile" and args[1:3] == (plan.trials[0].seed, 1) and result.ran == len(plan)
