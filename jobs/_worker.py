@@ -91,7 +91,6 @@ class TrialWorker:
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result
 
-
     def profile(
         self,
         workload_ref: str,
