@@ -25,7 +25,7 @@ from typing import Any
 from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult
 
-from ._actors import Actors, RayActors
+from ._actors import Actors, RayActors, TailCall
 from ._baselines import Baselines
 from ._config import FailurePolicy
 from ._errors import ClusterLost, Interrupted, WorkloadBroken
@@ -72,19 +72,6 @@ class DispatchOptions:
     #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
     #: starts the next the moment it finishes instead of after a round trip to the driver
     depth: int = 2
-
-
-@dataclass
-class TailCall:
-    """One call that is not a trial (the FP32 profile), for the first actor the queue leaves idle.
-
-    It runs while the other actors finish their last trials. ``answer`` is its
-    result, or the exception it ended with; None while it has not run.
-    """
-
-    args: tuple[Any, ...]
-    answer: Any = None
-    sent: bool = False
 
 
 def workload_frame(traceback_text: str | None) -> str:

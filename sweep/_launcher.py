@@ -15,9 +15,9 @@ from typing import Any
 from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
 from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
-from ._actors import Actors
+from ._actors import Actors, TailCall
 from ._config import FailurePolicy, RunConfig
-from ._dispatch import Dispatcher, DispatchOptions, Slot, TailCall
+from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
 from ._lock import DriverLock
 from ._plan import SweepPlan
