@@ -24,6 +24,11 @@ from ._spec import SweepSpec, parse_spec, read_spec
 from ._workload_check import WorkloadFacts, check_workload
 
 
+def resolved_yaml(spec: SweepSpec) -> str:
+    """The spec with every default filled in: what ``sweep.yaml`` in the output holds."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+
+
 class Sweep:
     """A validated sweep, ready to plan and run.
 
@@ -49,7 +54,7 @@ class Sweep:
 
     def resolved_yaml(self) -> str:
         """The spec with every default filled in: what ``sweep.yaml`` in the output holds."""
-        return yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
+        return resolved_yaml(self.spec)
 
     def plan(self) -> SweepPlan:
         return SweepPlan.from_spec(

@@ -17,14 +17,17 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ._api import Sweep
+from ._api import Sweep, resolved_yaml
 from ._config import RunConfig
 from ._launcher import cluster_address, start_ray
+from ._lock import DriverLock
+from ._resume import check_same_sweep
 from ._spec import read_spec
+from ._store import SweepStore
 from ._workload_check import resolve_workload
 
 
-def validate_while_ray_starts(path: Path, run: RunConfig) -> Sweep:
+def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
     """The validated ``Sweep`` of the file at ``path``; a local cluster is up when it returns.
 
     Joining an existing cluster (``--address`` or ``RAY_ADDRESS``) needs the
@@ -37,6 +40,11 @@ def validate_while_ray_starts(path: Path, run: RunConfig) -> Sweep:
     resolve_workload(spec, path.parent)
     if cluster_address(run.address) is not None or ray.is_initialized():
         return Sweep(spec, base_dir=path.parent)
+    # the folder's refusals too (another live driver, other fixed settings): run_sweep makes
+    # them again, but a second driver must be told at once, not after a cluster start
+    store = SweepStore(out, spec.name)
+    DriverLock(store).check()
+    check_same_sweep(store, resolved_yaml(spec))
     checked: dict[str, Sweep | BaseException] = {}
 
     def check() -> None:

@@ -229,7 +229,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the report's FP32 profile, run by the first worker the trials leave idle
         profile="://" not in args.out,
     )
-    sweep = validate_while_ray_starts(Path(args.spec), config)
+    sweep = validate_while_ray_starts(Path(args.spec), config, args.out)
     try:
         result = sweep.run(args.out, config)
     except SweepStopped as stop:
