@@ -34,6 +34,9 @@ def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
     workload's location first (its folder may travel as the runtime_env), so
     that case validates first and leaves Ray to ``run_sweep``.
     """
+    # MindSpore before Ray: MindSpore 2.7 picks protobuf's pure-Python backend for its old
+    # generated modules on import, which is too late once Ray has loaded protobuf
+    import mindspore  # noqa: F401
     import ray
 
     spec = read_spec(path)  # the shape and the workload's file: cheap, and a typo should not wait for Ray
