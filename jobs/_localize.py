@@ -12,7 +12,8 @@ Two modes, one anomalies row (or none) each:
 ``nonfinite``
     Replay the trial under its own policy (AMP level, black list, dtype, loss
     scale, clip) up to the first step *of the replay* at which a forward output
-    or an input gradient is inf/NaN. The forward pass runs first, so a forward
+    or an input gradient is inf/NaN: the trial's own compiled graph up to its
+    first non-finite step, then PyNative with hooks. The forward pass runs first, so a forward
     culprit wins over a backward one in the same step; in forward the first
     report is the innermost Cell (hooks fire when a Cell returns), in backward
     the first Cell in backward order. A step whose backward overflows while the
@@ -86,7 +87,9 @@ DEPARTURE_CHECKS = (0, 1, 2, 4, 8, 16, 32)
 #: because the PyNative replay may diverge a few steps later than the jitted run.
 UNTIL_MARGIN = 10
 #: With ``until_step``, steps up to this many before it run compiled, without hooks.
-UNTIL_LEAD = 5
+#: 0: the compiled graph reaches the trial's own state just before its first non-finite
+#: step, bit for bit (5 cost the demo's 24 replays twice the time, same culprits).
+UNTIL_LEAD = 0
 #: A compiled prefix only pays off past this many steps: compiling a small
 #: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
 JIT_PREFIX_MIN_STEPS = 30
@@ -154,7 +157,15 @@ def _nonfinite(
     until_step: int | None,
     graphs: GraphCache | None = None,
 ) -> _Finding | None:
-    """Replay under the trial's policy to the first non-finite step; see the module docstring."""
+    """Replay under the trial's policy to the first non-finite step; see the module docstring.
+
+    The trial's own compiled graph runs up to its first non-finite step, so the
+    hooked PyNative steps start from the state that broke (a PyNative float16
+    step costs ~50 compiled ones on a CPU). Stepping without hooks and going
+    back to the step that breaks was measured slower: PyNative's arithmetic
+    breaks within a step or two of the compiled graph's, so the step run twice
+    costs more than the hooks it saves.
+    """
     prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
@@ -227,14 +238,13 @@ def _fp32_twin(
         replay = _Replay(fp32, workload_ref, finding.step + 1)
         for _ in range(finding.step):
             replay.step(next(replay.batches))
-    try:
-        probe = replay.attach(CellProbe(backward=finding.event.phase == "backward"))
-        batch = next(replay.batches)
-        probe.start()
-        replay.step(batch)
-        probe.stop()
-    finally:
-        replay.close()
+    batch = next(replay.batches)
+    if finding.event.phase == "forward":  # a forward output to compare: no backward pass needed
+        probe = CellProbe(backward=False)
+        replay.probed(probe, lambda: replay.forward_only(batch))
+    else:
+        probe = CellProbe(backward=True)
+        replay.probed(probe, lambda: replay.step(batch))
     return probe
 
 

@@ -81,6 +81,16 @@ class _Replay:
         self.probe = probe.attach(self.loss_cell)
         return probe
 
+    def probed(self, probe: CellProbe, run: Callable[[], Any]) -> Any:
+        """``run()`` with ``probe`` hooked on every Cell and recording, unhooked again after."""
+        probe.attach(self.loss_cell)
+        probe.start()
+        try:
+            return run()
+        finally:
+            probe.stop()
+            probe.detach()
+
     def jit_prefix(self, steps: int) -> int | None:
         """Run the next ``steps`` batches with a compiled step, as the trainer would.
 
