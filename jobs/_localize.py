@@ -86,9 +86,8 @@ DEPARTURE_CHECKS = (0, 1, 2, 4, 8, 16, 32)
 #: Replay this many steps past the jitted run's first non-finite step (``until_step``),
 #: because the PyNative replay may diverge a few steps later than the jitted run.
 UNTIL_MARGIN = 10
-#: With ``until_step``, steps up to this many before it run compiled, without hooks.
-#: 0: the compiled graph reaches the trial's own state just before its first non-finite
-#: step, bit for bit (5 cost the demo's 24 replays twice the time, same culprits).
+#: With ``until_step``, steps up to this many before it run compiled, without hooks (0: from
+#: the trial's own state before it broke; 5 cost the demo's replays twice as long, same culprits).
 UNTIL_LEAD = 0
 #: A compiled prefix only pays off past this many steps: compiling a small
 #: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
@@ -157,15 +156,7 @@ def _nonfinite(
     until_step: int | None,
     graphs: GraphCache | None = None,
 ) -> _Finding | None:
-    """Replay under the trial's policy to the first non-finite step; see the module docstring.
-
-    The trial's own compiled graph runs up to its first non-finite step, so the
-    hooked PyNative steps start from the state that broke (a PyNative float16
-    step costs ~50 compiled ones on a CPU). Stepping without hooks and going
-    back to the step that breaks was measured slower: PyNative's arithmetic
-    breaks within a step or two of the compiled graph's, so the step run twice
-    costs more than the hooks it saves.
-    """
+    """Replay under the trial's policy to the first non-finite step; see the module docstring."""
     prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
@@ -238,13 +229,9 @@ def _fp32_twin(
         replay = _Replay(fp32, workload_ref, finding.step + 1)
         for _ in range(finding.step):
             replay.step(next(replay.batches))
-    batch = next(replay.batches)
-    if finding.event.phase == "forward":  # a forward output to compare: no backward pass needed
-        probe = CellProbe(backward=False)
-        replay.probed(probe, lambda: replay.forward_only(batch))
-    else:
-        probe = CellProbe(backward=True)
-        replay.probed(probe, lambda: replay.step(batch))
+    batch, backward = next(replay.batches), finding.event.phase == "backward"
+    probe = CellProbe(backward=backward)  # a forward output to compare needs no backward pass
+    replay.probed(probe, lambda: replay.step(batch) if backward else replay.forward_only(batch))
     return probe
 
 

@@ -28,7 +28,7 @@ from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult
 from ._actors import Actors, RayActors, TailCall
 from ._baselines import Baselines
 from ._config import FailurePolicy
-from ._errors import ClusterLost, Interrupted, WorkloadBroken
+from ._errors import ClusterLost, Interrupted, WorkloadBroken, workload_frame
 from ._health import ClusterWatch
 from ._prefix import Forks
 from ._progress import SweepProgress
@@ -72,20 +72,9 @@ class DispatchOptions:
     #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
     #: starts the next the moment it finishes instead of after a round trip to the driver
     depth: int = 2
-
-
-def workload_frame(traceback_text: str | None) -> str:
-    """The last traceback frame outside ampsweep, MindSpore and the standard library: the user's line."""
-    if not traceback_text:
-        return ""
-    lines = traceback_text.splitlines()
-    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
-    skip = ("/jobs/_", "/sweep/", "site-packages", "/lib/python3")
-    for index in reversed(frames):
-        if not any(part in lines[index] for part in skip):
-            code = lines[index + 1].strip() if index + 1 < len(lines) else ""
-            return f"{lines[index].strip()}\n    {code}".rstrip()
-    return ""
+    #: trials that compute what another trial does (``SweepPlan.equivalent_to``): cheap evidence
+    #: that the equivalence holds, so they run after the others, where they fill the gaps
+    run_last: frozenset[str] = frozenset()
 
 
 class Dispatcher:
@@ -115,7 +104,9 @@ class Dispatcher:
         self.slots = slots
         #: a forked sweep's snapshots; its prefix runs go ahead of every trial
         self.forks = forks
-        self.queue = TrialQueue([*(forks.runs if forks else []), *pending], forks.refs if forks else ())
+        self.queue = TrialQueue(
+            [*(forks.runs if forks else []), *pending], forks.refs if forks else (), options.run_last
+        )
         self.options = options
         self.actors: Actors = actors if actors is not None else RayActors()
         self._commit = commit
@@ -136,6 +127,8 @@ class Dispatcher:
         self.tail = tail
         self._tail_call: Any = None
         self._tail_slot: tuple[Slot, Any] | None = None
+        #: ready actors left idle while trials wait for the actors that compiled their graphs
+        self._idle: dict[int, Slot] = {}
         self.last_error = ""
 
     @property
@@ -183,7 +176,7 @@ class Dispatcher:
         while self.queue and len(slot.calls) < depth:
             config = self._take_for(slot)
             if config is None:
-                return
+                break
             self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
             hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
             start = self.forks.snapshot_for(config) if self.forks else None
@@ -192,7 +185,12 @@ class Dispatcher:
             if not slot.calls:
                 self._running += 1
             slot.calls.append(call)
-        if self.tail is not None and not self.tail.sent and not self.queue and not slot.calls and slot.ready:
+        idle = slot.ready and not slot.calls
+        if idle and self.queue:
+            self._idle[slot.index] = slot  # asks again when an answer changes the queue
+        else:
+            self._idle.pop(slot.index, None)
+        if self.tail is not None and not self.tail.sent and idle:
             self.tail.sent = True
             self._tail_call = self.actors.profile(slot.actor, self.tail.args)
             self._tail_slot = (slot, slot.actor)
@@ -334,6 +332,7 @@ class Dispatcher:
                 self.bar.retry()
             if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
                 self._actor_died(slot, exc, running_left=not started)
+            self._wake_idle()  # the trial is back in the queue, and its graph may have lost a holder
             return
         except self.actors.call_failed as exc:  # the trial code is guarded; this is serialization etc.
             text = str(exc).strip()
@@ -344,9 +343,16 @@ class Dispatcher:
         # driver writes (its seed's FP32 loss is known before the next trial is handed out)
         if self.forks is None or not self.forks.is_prefix(config):
             self.baselines.add(result.config, result.final_loss)
+        self.queue.costs.record(config.graph_id, result.compile_s, result.wall_s + result.diagnose_s)
         self._last_live = time.monotonic()
         self._dispatch(slot)
+        self._wake_idle()
         self._finish(result)
+
+    def _wake_idle(self) -> None:
+        """Ask the actors left idle again: the queue or the graphs' holders changed (end of a sweep: few)."""
+        for slot in list(self._idle.values()):
+            self._dispatch(slot)
 
     def _tail_answered(self, call: Any, answer: Future[Any]) -> None:
         assert self._tail_slot is not None

@@ -51,3 +51,17 @@ class Interrupted(SweepStopped):
     """Ctrl-C (SIGINT) or SIGTERM of the driver."""
 
     exit_code = 130
+
+
+def workload_frame(traceback_text: str | None) -> str:
+    """The last traceback frame outside ampsweep, MindSpore and the standard library: the user's line."""
+    if not traceback_text:
+        return ""
+    lines = traceback_text.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    skip = ("/jobs/_", "/sweep/", "site-packages", "/lib/python3")
+    for index in reversed(frames):
+        if not any(part in lines[index] for part in skip):
+            code = lines[index + 1].strip() if index + 1 < len(lines) else ""
+            return f"{lines[index].strip()}\n    {code}".rstrip()
+    return ""

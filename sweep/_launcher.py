@@ -177,7 +177,13 @@ def drive_trials(
         result.ran += 1
 
     failure = run.failure or FailurePolicy()
-    options = DispatchOptions(workload_ref, run.compute_on, failure, fail_fast=not run.keep_going)
+    options = DispatchOptions(
+        workload_ref,
+        run.compute_on,
+        failure,
+        fail_fast=not run.keep_going,
+        run_last=frozenset(plan.equivalent_to),
+    )
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
         print(

@@ -2,10 +2,14 @@
 
 An actor should run, in this order: a trial of a graph it has compiled (a
 compile costs seconds); one of a graph no other actor holds (so each graph is
-compiled by as few actors as possible); else the first trial in line. FP32
-trials go before mixed-precision ones, so every seed's baseline is known
-early and a broken workload shows at once. A forked trial waits until its
-snapshot exists and is not in line before that.
+compiled by as few actors as possible); else the first trial in line whose
+graph is worth compiling once more (``GraphCosts``: near the end, the actors
+that hold it may finish its trials before a new compile would be done; the
+actor then waits). FP32 trials go before mixed-precision ones, so every
+seed's baseline is known early and a broken workload shows at once; trials
+that only confirm an equivalence (``run_last``: the same computation as
+another trial) go after both, where they fill the gaps at the end. A forked
+trial waits until its snapshot exists and is not in line before that.
 
 A scan of the whole queue for every dispatch made the driver's cost per trial
 grow with the queue and the cluster. Here the trials are kept per phase (FP32
@@ -24,21 +28,24 @@ from collections.abc import Iterable
 from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig
 
+from ._graph_costs import GraphCosts
+
 #: a trial's place in line; a retried trial goes to the front
 _Entry = tuple[int, TrialConfig]
-
-
-def _phase(config: TrialConfig) -> int:
-    """0 for FP32 trials, which run first; 1 for mixed precision."""
-    return 0 if config.amp_level == FP32_LEVEL else 1
 
 
 class TrialQueue:
     """Trials in line, by phase and graph; trials waiting for a snapshot are held aside."""
 
-    def __init__(self, trials: Iterable[TrialConfig] = (), ready_snapshots: Iterable[str] = ()) -> None:
-        #: phase -> graph id -> that graph's trials in line order
-        self._lines: tuple[dict[str, deque[_Entry]], dict[str, deque[_Entry]]] = ({}, {})
+    def __init__(
+        self,
+        trials: Iterable[TrialConfig] = (),
+        ready_snapshots: Iterable[str] = (),
+        run_last: Iterable[str] = (),
+    ) -> None:
+        #: phase (FP32, mixed precision, last) -> graph id -> that graph's trials in line order
+        self._lines: tuple[dict[str, deque[_Entry]], ...] = ({}, {}, {})
+        self._last_ids = frozenset(run_last)
         #: snapshot id -> trials that start from it, held until it exists
         self._waiting: dict[str, list[_Entry]] = {}
         self._ready: set[str] = set(ready_snapshots)
@@ -48,6 +55,7 @@ class TrialQueue:
         self._last: _Entry | None = None
         #: graph id -> how many live actors have compiled it
         self.holders: Counter[str] = Counter()
+        self.costs = GraphCosts()
         for config in trials:
             self.push(config)
 
@@ -67,6 +75,12 @@ class TrialQueue:
             return
         self._insert(entry)
 
+    def _phase(self, config: TrialConfig) -> int:
+        """0 for FP32 trials, which run first; 1 for mixed precision; 2 for ``run_last``."""
+        if config.trial_id in self._last_ids:
+            return 2
+        return 0 if config.amp_level == FP32_LEVEL else 1
+
     def release(self, snapshot: str) -> None:
         """A snapshot now exists: the trials that start from it join the line in their old places."""
         self._ready.add(snapshot)
@@ -74,30 +88,37 @@ class TrialQueue:
             self._insert(entry)
 
     def _insert(self, entry: _Entry) -> None:
-        line = self._lines[_phase(entry[1])].setdefault(entry[1].graph_id, deque())
+        line = self._lines[self._phase(entry[1])].setdefault(entry[1].graph_id, deque())
         if not line or line[-1][0] < entry[0]:
             line.append(entry)
         elif entry[0] < line[0][0]:
             line.appendleft(entry)
         else:  # a released trial between queued ones: rare (once per snapshot), so a sort is fine
             line.append(entry)
-            self._lines[_phase(entry[1])][entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
+            self._lines[self._phase(entry[1])][entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
 
     def take(self, own: set[str]) -> TrialConfig | None:
         """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
 
         FP32 trials that may start go first; within the phase, an own graph's
         first trial, else the first trial of a graph no actor holds, else the
-        first trial in line.
+        first trial in line of a graph worth compiling once more.
         """
-        phase = 0 if self._lines[0] else 1
-        heads = [(line[0][0], graph) for graph, line in self._lines[phase].items()]
-        if not heads:
+        first = next((p for p, lines in enumerate(self._lines) if lines), None)
+        if first is None:
             return None
-        mine = [head for head in heads if head[1] in own]
-        unheld = [head for head in heads if not self.holders[head[1]]]
-        _, graph = min(mine or unheld or heads)
-        return self._pop(phase, graph)
+        # an actor with nothing worth compiling in its phase fills in with the trials that run last
+        for phase in (first, 2) if first != 2 else (first,):
+            lines = self._lines[phase]
+            heads = [(line[0][0], graph) for graph, line in lines.items()]
+            mine = [head for head in heads if head[1] in own]
+            unheld = [head for head in heads if not self.holders[head[1]]]
+            if mine or unheld:
+                return self._pop(phase, min(mine or unheld)[1])
+            for _, graph in sorted(heads):
+                if self.costs.worth_compiling(graph, len(lines[graph]), self.holders[graph]):
+                    return self._pop(phase, graph)
+        return None  # the actors holding these graphs will be done sooner than a compile
 
     def _pop(self, phase: int, graph: str) -> TrialConfig:
         lines = self._lines[phase]

@@ -100,3 +100,36 @@ def test_fp32_first_among_the_trials_that_may_start():
     trials = _trials(("O0", (), 1), ("O0", (), 0), ("O2", (), 0), snapshot=True)
     queue = TrialQueue(trials, ready_snapshots={"snap0"})
     assert queue.take({trials[2].graph_id}) is trials[1]
+
+
+def test_an_idle_actor_waits_when_the_holders_finish_sooner_than_it_would_compile():
+    trials = _trials(*[("O2", (), seed) for seed in range(12)])
+    graph = trials[0].graph_id
+    queue = TrialQueue(trials)
+    _held_elsewhere(queue, graph)
+    queue.costs.record(graph, compile_s=3.0, busy_s=3.5)  # measured: a 3 s compile, 0.5 s a trial
+    queue.costs.record(graph, compile_s=0.0, busy_s=0.5)
+    assert queue.take(set()) is trials[0], "12 trials x 0.5 s on one holder: worth a 3 s compile"
+    for _ in range(6):
+        queue.take({graph})
+    assert len(queue) == 5 and queue.take(set()) is None, "5 x 0.5 s left: the holder is done first"
+    assert queue.take({graph}) is trials[7], "the holder still takes them"
+
+
+def test_a_graph_with_nothing_measured_yet_is_always_worth_compiling():
+    trials = _trials(("O2", (), 0), ("O2", (), 1))
+    queue = TrialQueue(trials)
+    _held_elsewhere(queue, trials[0].graph_id)
+    assert queue.take(set()) is trials[0]
+
+
+def test_trials_that_only_confirm_an_equivalence_run_last_and_fill_in():
+    base, same, amp = _trials(("O0", (), 0), ("O0", ("CustomNorm",), 0), ("O2", (), 0))
+    queue = TrialQueue([same, amp, base], run_last={same.trial_id})
+    assert [queue.take(set()), queue.take(set()), queue.take(set())] == [base, amp, same]
+    # an actor with only the FP32 graph, while the O2 graph's holder will be done before a compile
+    queue = TrialQueue([same, amp, base], run_last={same.trial_id})
+    assert queue.take(set()) is base
+    _held_elsewhere(queue, amp.graph_id)
+    queue.costs.record(amp.graph_id, compile_s=3.0, busy_s=3.5)
+    assert queue.take({base.graph_id}) is same and queue.take({amp.graph_id}) is amp
