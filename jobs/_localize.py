@@ -49,8 +49,10 @@ import pyarrow as pa
 from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from ._config import TrialConfig
+from ._fp32_twin import compare_with_fp32, fp32_twin
 from ._hooks import CellProbe, Event
 from ._replay import (
+    JIT_PREFIX_MIN_STEPS,
     _copy_weights,
     _ensure_pynative,
     _Finding,
@@ -66,10 +68,6 @@ if TYPE_CHECKING:
     from ._step import GraphCache
 
 MODES = ("nonfinite", "departure")
-#: A Cell whose input gradient overflowed while its forward output was finite but this many
-#: times larger than in FP32 is reported as a forward failure: the forward pass lost precision
-#: first (seed_repro's one-pass variance: 461 vs 2.2), the backward overflow is its consequence.
-FORWARD_BLOWUP = 10.0
 
 #: Relative L2 error ``||x - x_fp32|| / ||x_fp32||`` above which a Cell's output
 #: departs from FP32. float16 rounding gives ~6e-4 for one Dense and a few 1e-3
@@ -89,9 +87,6 @@ UNTIL_MARGIN = 10
 #: With ``until_step``, steps up to this many before it run compiled, without hooks (0: from
 #: the trial's own state before it broke; 5 cost the demo's replays twice as long, same culprits).
 UNTIL_LEAD = 0
-#: A compiled prefix only pays off past this many steps: compiling a small
-#: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
-JIT_PREFIX_MIN_STEPS = 30
 
 
 def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:
@@ -208,68 +203,6 @@ def _nonfinite(
     return finding
 
 
-def _fp32_twin(
-    config: TrialConfig, workload_ref: str, finding: _Finding, graphs: GraphCache | None = None
-) -> CellProbe | None:
-    """What every Cell did at the finding's step in an FP32 replay from the same start.
-
-    Steps before it run without hooks: on the worker's compiled FP32 graph when
-    it has one, else compiled anew when there are many (FP32 is not what is
-    examined, and float32 rounding differences between jit and PyNative do not
-    matter for a magnitude). The step itself runs in PyNative with hooks.
-    """
-    fp32 = _fp32(config)
-    compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
-    if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
-        replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled)
-        if early is not None:
-            replay.close()
-            return None  # FP32 itself went non-finite before that step
-    else:
-        replay = _Replay(fp32, workload_ref, finding.step + 1)
-        for _ in range(finding.step):
-            replay.step(next(replay.batches))
-    batch, backward = next(replay.batches), finding.event.phase == "backward"
-    probe = CellProbe(backward=backward)  # a forward output to compare needs no backward pass
-    replay.probed(probe, lambda: replay.step(batch) if backward else replay.forward_only(batch))
-    return probe
-
-
-def _compare_with_fp32(finding: _Finding, policy_forward: Event | None, fp32: CellProbe | None) -> None:
-    """Fill ``fp32_max_abs`` and add the magnitudes a user needs to see why to the note."""
-    event = finding.event
-    if fp32 is None:
-        finding.note.append("the FP32 replay went non-finite before this step")
-        return
-    twin = fp32.find(event.name, event.phase, event.call)
-    twin_forward = fp32.find(event.name, "forward", event.forward_call)
-    if twin is None and event.phase == "backward":  # caught on a parameter: its forward output
-        twin = twin_forward
-    finding.fp32_max_abs = None if twin is None else twin.stats.max_abs
-    if event.phase == "forward" and event.input_max_abs is not None and twin is not None:
-        finding.note.append(
-            f"input max |x| {event.input_max_abs:.4g} ({event.input_dtype}) vs "
-            f"{twin.input_max_abs:.4g} in FP32"
-        )
-    if event.phase == "backward" and policy_forward is not None and twin_forward is not None:
-        mine, fp32_value = policy_forward.stats.max_abs, twin_forward.stats.max_abs
-        if fp32_value > 0 and mine > FORWARD_BLOWUP * fp32_value:
-            # the forward pass already lost precision in this Cell (a variance cancelled to ~0, say);
-            # the overflow of the gradient through it is the consequence, so the origin is forward
-            finding.event = policy_forward
-            finding.fp32_max_abs = fp32_value
-            finding.note.append(
-                f"forward output max |x| {mine:.4g} ({policy_forward.output_dtype}) vs {fp32_value:.4g} in FP32 "
-                f"({mine / fp32_value:.0f}x): the forward pass went wrong here, and the gradient w.r.t. its "
-                "input overflowed in backward at the same step"
-            )
-        else:
-            finding.note.append(
-                f"forward output finite at that step, max |x| {mine:.4g} "
-                f"({policy_forward.output_dtype}) vs {fp32_value:.4g} in FP32"
-            )
-
-
 def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
     if policy.shape != fp32.shape:
         return float("nan")
@@ -372,8 +305,8 @@ def localize(
             finding = _nonfinite(config, workload_ref, limit, until_step, graphs)
             if finding is None:
                 return _table([])
-            twin = _fp32_twin(config, workload_ref, finding, graphs)
-            _compare_with_fp32(finding, finding.forward, twin)
+            twin = fp32_twin(config, workload_ref, finding, graphs)
+            compare_with_fp32(finding, finding.forward, twin)
             if config.amp_level != FP32_LEVEL:
                 finding.note.append(
                     "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "

@@ -24,6 +24,9 @@ from ._step import CompiledStep, make_scaler
 from ._trainer import skip_batches, trial_workload
 
 _EPS = 1e-6  # as in the compiled step's clipping factor
+#: A compiled prefix only pays off past this many steps: compiling a small
+#: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
+JIT_PREFIX_MIN_STEPS = 30
 
 
 @dataclass
