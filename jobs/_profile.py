@@ -22,11 +22,12 @@ so the cost stays about one FP32 trial plus ~16 PyNative steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from ._config import TrialConfig
 from ._profile_hooks import CellProfile, Recorder, Watched
 from ._replay import _ensure_pynative, _Replay, _restore_mode
 from ._snapshot import remember, snapshot_id
+
+if TYPE_CHECKING:
+    from ._step import CompiledStep, GraphCache
 
 #: how many steps are measured (evenly spread, first and last included)
 SAMPLES = 16
@@ -155,12 +159,15 @@ def profile(
     start_step: int = 0,
     checkpoint: bytes | None = None,
     samples: int = SAMPLES,
+    graphs: GraphCache | None = None,
 ) -> Profile:
     """Train ``steps`` FP32 steps of a workload with hooks; rate every Cell's float16 risk.
 
     Where to start follows the spec's ``start_from`` as trials do:
     ``prefix_steps`` N trains N compiled FP32 steps first without hooks
     (``{steps: N}``); ``checkpoint`` loads that file's bytes at ``start_step``.
+    ``graphs``: a worker's compiled steps; when it has the FP32 graph, the
+    steps between samples run on it instead of on a graph compiled here.
     """
     config = TrialConfig(
         workload=workload_ref,
@@ -180,16 +187,31 @@ def profile(
         remember(snapshot, checkpoint)
         config = dataclasses.replace(config, start_step=start_step, start_from=snapshot)
     with _synchronous():
+        compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
+        if compiled is not None:
+            try:
+                return _profile(config, workload_ref, steps, prefix_steps, samples, compiled)
+            except Exception:  # noqa: BLE001 - an odd workload: its own compile below still works
+                pass
         return _profile(config, workload_ref, steps, prefix_steps, samples)
 
 
-def _profile(config: TrialConfig, workload_ref: str, steps: int, prefix_steps: int, samples: int) -> Profile:
+def _profile(
+    config: TrialConfig,
+    workload_ref: str,
+    steps: int,
+    prefix_steps: int,
+    samples: int,
+    compiled: CompiledStep | None = None,
+) -> Profile:
+    """``compiled``: the worker's FP32 graph, to run the steps between samples without a compile."""
     mode = _ensure_pynative()
     recorder = Recorder()
     try:
         replay = _Replay(config, workload_ref, prefix_steps + steps)
+        between = replay.jit_prefix if compiled is None else functools.partial(replay.on_graph, compiled)
         first = config.start_step
-        bad = replay.jit_prefix(prefix_steps)
+        bad = between(prefix_steps)
         nonfinite = None if bad is None else first + bad
         first += prefix_steps
         watched = Watched(recorder)
@@ -197,7 +219,7 @@ def _profile(config: TrialConfig, workload_ref: str, steps: int, prefix_steps: i
         position = 0  # steps of the profiled stretch run so far
         for index in sample_steps(steps, samples):
             # the steps between samples: compiled, without hooks (a PyNative step costs ~50 of them)
-            bad = replay.jit_prefix(index - position)
+            bad = between(index - position)
             if bad is not None and nonfinite is None:
                 nonfinite = first + position + bad
             position = index

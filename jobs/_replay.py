@@ -20,7 +20,7 @@ from ampsweep.contracts import FP32_LEVEL, saturated
 from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._step import CompiledStep, make_scaler
+from ._step import CompiledStep, make_scaler, training_state
 from ._trainer import skip_batches, trial_workload
 
 _EPS = 1e-6  # as in the compiled step's clipping factor
@@ -150,6 +150,23 @@ class _Replay:
         early = self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
         if early is None:
             compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
+        return early
+
+    def on_graph(self, compiled: CompiledStep, steps: int) -> int | None:
+        """Run the next ``steps`` batches on the worker's compiled graph from this replay's state.
+
+        Unlike :meth:`fast_forward` (once, from the trial's start) this picks up
+        where the replay is and may alternate with hooked PyNative steps: the
+        state goes into the graph, the graph runs, the state comes back. The
+        profile samples this way without compiling a graph of its own.
+        """
+        if steps <= 0:
+            return None
+        state = training_state(self.loss_cell, self.optimizer, self.scaler)
+        compiled.load({key: param.asnumpy() for key, param in state.items()})
+        clip = compiled.clip_tensor(self.config.clip)
+        early = self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
+        compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
         return early
 
     def _run_compiled(self, steps: int) -> int | None:

@@ -50,7 +50,7 @@ def make_scaler(loss_scale: str) -> Any:
     return amp.DynamicLossScaler(scale.initial, 2, DYNAMIC_SCALE_WINDOW)
 
 
-def _training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[str, str], Any]:
+def training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[str, str], Any]:
     """Every Parameter a trial starts from: weights, optimizer state, loss-scaler state.
 
     Keys carry their owner so an optimizer slot can never be confused with a
@@ -83,7 +83,7 @@ def initial_state(config: TrialConfig, fresh: Workload) -> dict[StateKey, np.nda
     from ._loss_cell import NetworkWithLoss
 
     source_optimizer = fresh.optimizer(fresh.network.trainable_params())
-    source = _training_state(
+    source = training_state(
         NetworkWithLoss(fresh.network, fresh.loss_fn), source_optimizer, make_scaler(config.loss_scale)
     )
     return {key: param.asnumpy() for key, param in source.items()}
@@ -140,7 +140,7 @@ class CompiledStep:
         self.layer_names = [p.name for p in params]
         self.layer_sizes = np.asarray([int(np.prod(p.shape)) for p in params], dtype=np.int64)
         scaler = make_scaler(config.loss_scale)
-        self._state = _training_state(loss_cell, optimizer, scaler)
+        self._state = training_state(loss_cell, optimizer, scaler)
         self._reset_graph: Any = None
         self._dtypes: dict[StateKey, np.dtype] | None = None  # of each state Parameter, read once
         #: True on the CPU backend: outputs already live in host memory, so copying each
@@ -266,13 +266,17 @@ class CompiledStep:
         exactly the weights, optimizer slots and loss scale the graph reached.
         """
         import mindspore as ms
+        from mindspore import ops
 
-        target = _training_state(loss_cell, optimizer, scaler)
+        target = training_state(loss_cell, optimizer, scaler)
         if target.keys() != self._state.keys():
             missing = sorted(set(self._state) ^ set(target))[:3]
             raise RuntimeError(f"the replay has a different set of parameters: {missing}")
         for key, source in self._state.items():
-            target[key].set_data(ms.Tensor(source.asnumpy()))
+            # in place: after ``set_data`` a PyNative optimizer went on updating the Parameter's
+            # old tensors (its step count and beta powers), so every replayed step after a
+            # fast-forward was off (Adam's first step after it moved weights by ~1e-2 too much)
+            ops.assign(target[key], ms.Tensor(source.asnumpy()))
 
     def named_state(self) -> dict[str, Any]:
         """Network parameters and optimizer state under their plain names: what a snapshot saves."""

@@ -109,7 +109,13 @@ class TrialWorker:
         from ._profile import profile
 
         return profile(
-            self._here(workload_ref), seed, steps, workload_args, start_step=start_step, checkpoint=checkpoint
+            self._here(workload_ref),
+            seed,
+            steps,
+            workload_args,
+            start_step=start_step,
+            checkpoint=checkpoint,
+            graphs=self.graphs,
         )
 
     def _here(self, workload_ref: str) -> str:

@@ -174,3 +174,31 @@ def test_trials_record_what_an_overflow_becomes_on_their_device():
     assert overflow_mode("Ascend", {ASCEND_OVERFLOW_ENV: "SATURATION_MODE"}) == "saturation"
     assert overflow_mode("Ascend", {ASCEND_OVERFLOW_ENV: "INFNAN_MODE"}) == "inf_nan"
     assert overflow_mode("Ascend", {}) == "ascend_default"
+
+
+def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_the_start():
+    # Adam's step count and beta powers: after a hand-over by set_data the PyNative optimizer went on
+    # updating the old tensors, so every replayed step after a fast-forward was off
+    import numpy as np
+
+    from ampsweep.jobs._replay import _ensure_pynative, _Replay, _restore_mode
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
+
+    config = _config(MLP, steps=30, abort_after=30, amp_level="O0", localize=False)
+    graphs = GraphCache()
+    run_trial(config, MLP, None, graphs)
+    compiled = graphs.compiled_for(config, MLP)
+    mode = _ensure_pynative()
+    try:
+        handed, plain = _Replay(config, MLP, 30), _Replay(config, MLP, 30)
+        handed.step(next(handed.batches))
+        handed.on_graph(compiled, 5)
+        for _ in range(6):
+            plain.step(next(plain.batches))
+        for replay in (handed, plain):
+            replay.step(next(replay.batches))
+        weights = [[p.asnumpy() for p in r.network.trainable_params()] for r in (handed, plain)]
+    finally:
+        _restore_mode(mode)
+    assert all(np.array_equal(a, b) for a, b in zip(*weights))

@@ -171,3 +171,28 @@ def test_a_run_writes_the_profile_only_for_a_cpu_sweep(tmp_path, capsys):
         _write_profile(sweep, root, str(spec))
         assert (root / PROFILE_FILE).exists() is expect_file
     assert f"ampsweep profile {spec}" in capsys.readouterr().out
+
+
+def test_a_worker_s_profile_runs_on_its_compiled_fp32_graph_and_finds_the_same(monkeypatch):
+    from ampsweep.jobs import TrialConfig
+    from ampsweep.jobs._profile import profile
+    from ampsweep.jobs._replay import _Replay
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
+
+    mlp = f"{Path(__file__).resolve().parents[1] / 'benchmarks' / 'mlp_workload.py'}:make"
+    fp32 = TrialConfig(
+        workload=mlp, steps=60, abort_after=60, amp_level="O0", black_list=(), clip=None,
+        loss_scale="none", dtype="float16", seed=0, localize=False,
+    )  # fmt: skip
+    graphs = GraphCache()
+    run_trial(fp32, mlp, None, graphs)
+    own_compile = profile(mlp, 0, 60, {})
+    with monkeypatch.context() as patch:  # no compile of its own, and no silent fallback to one
+
+        def compiles(*args):
+            raise AssertionError("the profile compiled a graph of its own")
+
+        patch.setattr(_Replay, "jit_prefix", compiles)
+        on_graph = profile(mlp, 0, 60, {}, graphs=graphs)
+    assert on_graph.as_json() == own_compile.as_json()
