@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import queue
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL
@@ -33,7 +32,8 @@ from ._health import ClusterWatch
 from ._prefix import Forks
 from ._progress import SweepProgress
 from ._queue import TrialQueue
-from .devices import DeviceBackend, device_setup
+from ._slot import Slot
+from .devices import device_setup
 
 #: Trials whose results decide whether the workload itself is broken.
 FAIL_FAST_TRIALS = 3
@@ -41,26 +41,6 @@ FAIL_FAST_TRIALS = 3
 NO_ACTOR_TIMEOUT_S = 300.0
 #: How long the loop waits for a finished call before it checks the cluster and Ctrl-C again.
 _TICK_S = 1.0
-
-
-@dataclass
-class Slot:
-    """One device an actor runs on; its actor is replaced when it dies."""
-
-    backend: DeviceBackend
-    index: int
-    ordinal: int
-    actor: Any = None
-    ready: bool = False
-    deaths: int = 0
-    gone: bool = False
-    graphs: set[str] = field(default_factory=set)
-    #: the calls sent to the current actor and not answered yet, oldest (the running one) first
-    calls: deque[Any] = field(default_factory=deque)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.calls)
 
 
 @dataclass
@@ -166,14 +146,15 @@ class Dispatcher:
         return config
 
     def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
-        """Give ``slot`` trials until it holds ``depth`` (one only while the queue is short, so the
-        last trials go to whichever actor frees first). ``before_ready``: queue one behind the
-        actor's start (used for the first actors, whose devices the cluster just reported: every
-        device gets a trial even when some actors start much faster than others)."""
+        """Give ``slot`` trials until it holds ``depth`` (one while the queue is short: the last go to
+        whichever actor frees first). ``before_ready``: one queued behind a first actor's start."""
         if slot.gone or not (slot.ready or before_ready):
             return
         depth = 1 if before_ready or len(self.queue) < len(self.slots) else self.options.depth
-        while self.queue and len(slot.calls) < depth:
+        while len(slot.calls) < depth and (self.queue or self._tail_due()):
+            if slot.ready and self._tail_due():  # before the trials that run last: they fill in beside it
+                self._send_tail(slot)
+                continue
             config = self._take_for(slot)
             if config is None:
                 break
@@ -190,12 +171,20 @@ class Dispatcher:
             self._idle[slot.index] = slot  # asks again when an answer changes the queue
         else:
             self._idle.pop(slot.index, None)
-        if self.tail is not None and not self.tail.sent and idle:
-            self.tail.sent = True
-            self._tail_call = self.actors.profile(slot.actor, self.tail.args)
-            self._tail_slot = (slot, slot.actor)
-            slot.calls.append(self._tail_call)
+        if idle and self.tail is not None and not self.tail.sent:  # nothing it may run now
+            self._send_tail(slot)
+
+    def _tail_due(self) -> bool:
+        """The profile goes out once only trials that run last (or none) are left."""
+        return self.tail is not None and not self.tail.sent and self.queue.only_last()
+
+    def _send_tail(self, slot: Slot) -> None:
+        self.tail.sent = True  # type: ignore[union-attr]
+        self._tail_call = self.actors.profile(slot.actor, self.tail.args)  # type: ignore[union-attr]
+        self._tail_slot = (slot, slot.actor)
+        if not slot.calls:
             self._running += 1
+        slot.calls.append(self._tail_call)
 
     def _answered(self, slot: Slot, call: Any) -> None:
         """``call`` is no longer in flight on ``slot``."""

@@ -108,3 +108,26 @@ def test_the_profile_goes_once_to_the_first_actor_the_queue_leaves_idle(tmp_path
     assert actors.profiled_after == [len(plan)], "once, after every trial was handed out"
     name, args = result.profile
     assert name == "profile" and args[1:3] == (plan.trials[0].seed, 1) and result.ran == len(plan)
+
+
+def test_the_profile_goes_out_before_the_trials_that_only_confirm_an_equivalence(tmp_path):
+    # O0 casts nothing: its black-listed trials compute what O0 without one does; they run last,
+    # beside the profile, instead of the profile waiting for them
+    actors = _Profiled()
+    raw = {
+        "name": "loop",
+        "workload": f"{NOOP}:make",
+        "steps": 1,
+        "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Dense"]], "clip": [None], "seed": [0, 1, 2]},
+        "devices": "ascend",
+    }
+    plan = Sweep(raw).plan()
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=True), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    assert len(plan.equivalent_to) == 3 and result.ran == len(plan) == 12
+    assert actors.profiled_after == [len(plan) - len(plan.equivalent_to)]
