@@ -281,6 +281,7 @@ class Dispatcher:
         if now < self._next_beat:
             return
         self._next_beat = now + _TICK_S
+        self._wake_idle()
         running = (self.in_flight.get(slot.calls[0]) for slot in self.slots if slot.calls)
         self.heartbeat([held[2].trial_id for held in running if held is not None])  # not the profile
         self.bar.set_running(self._running)
@@ -335,11 +336,11 @@ class Dispatcher:
         self.queue.costs.record(config.graph_id, result.compile_s, result.wall_s + result.diagnose_s)
         self._last_live = time.monotonic()
         self._dispatch(slot)
-        self._wake_idle()
         self._finish(result)
 
     def _wake_idle(self) -> None:
-        """Ask the actors left idle again: the queue or the graphs' holders changed (end of a sweep: few)."""
+        """Ask the actors left idle again: once a second (new measurements, the next phase of the
+        queue) and when a trial comes back. Not on every answer: that would cost O(devices) each."""
         for slot in list(self._idle.values()):
             self._dispatch(slot)
 
