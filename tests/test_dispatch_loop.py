@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ampsweep.sweep import RunConfig, Sweep, SweepStore
+from ampsweep.sweep import RunConfig, Sweep, SweepPlan, SweepStore
 from ampsweep.sweep._dispatch import Slot
 from ampsweep.sweep._launcher import drive_trials
 from ampsweep.sweep._result import SweepResult
@@ -17,12 +17,15 @@ from benchmarks._standin import ActorGone, InProcessActors, QuietCluster
 NOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "noop_workload.py"
 
 
-def _drive(tmp_path: Path, devices: int, seeds: int, actors: InProcessActors) -> SweepResult:
+def _drive(
+    tmp_path: Path, devices: int, actors: InProcessActors, profile: bool = False, **grid: list
+) -> tuple[SweepPlan, SweepResult]:
+    """Every trial of an O0/O2 no-op sweep (``grid`` adds axes) through the real driver loop."""
     raw = {
         "name": "loop",
         "workload": f"{NOOP}:make",
         "steps": 1,
-        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": list(range(seeds))},
+        "grid": {"amp_level": ["O0", "O2"], "clip": [None], **grid},
         "devices": "ascend",
     }
     plan = Sweep(raw).plan()
@@ -30,15 +33,15 @@ def _drive(tmp_path: Path, devices: int, seeds: int, actors: InProcessActors) ->
     slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=profile), result,
         lambda running: None, QuietCluster(), actors,
     )  # fmt: skip
-    return result
+    return plan, result
 
 
 def test_every_trial_is_committed_once_with_many_devices(tmp_path):
     actors = InProcessActors()
-    result = _drive(tmp_path, devices=40, seeds=100, actors=actors)
+    _, result = _drive(tmp_path, 40, actors, seed=list(range(100)))
     trials = pd.read_parquet(tmp_path / "loop" / "trials")
     assert result.ran == 200 and actors.calls == 200
     assert len(trials) == 200 and trials["trial_id"].is_unique
@@ -68,7 +71,7 @@ class _DiesOnce(InProcessActors):
 
 def test_a_dead_actor_s_trials_run_again_and_only_the_running_one_counts_an_attempt(tmp_path):
     actors = _DiesOnce()
-    result = _drive(tmp_path, devices=2, seeds=10, actors=actors)
+    _, result = _drive(tmp_path, 2, actors, seed=list(range(10)))
     trials = pd.read_parquet(tmp_path / "loop" / "trials").set_index("trial_id")
     assert result.ran == 20 and len(trials) == 20
     running, queued = actors.lost
@@ -90,21 +93,7 @@ class _Profiled(InProcessActors):
 
 def test_the_profile_goes_once_to_the_first_actor_the_queue_leaves_idle(tmp_path):
     actors = _Profiled()
-    raw = {
-        "name": "loop",
-        "workload": f"{NOOP}:make",
-        "steps": 1,
-        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": [0, 1, 2]},
-        "devices": "ascend",
-    }
-    plan = Sweep(raw).plan()
-    store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
-    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=True), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    plan, result = _drive(tmp_path, 2, actors, profile=True, seed=[0, 1, 2])
     assert actors.profiled_after == [len(plan)], "once, after every trial was handed out"
     name, args = result.profile
     assert name == "profile" and args[1:3] == (plan.trials[0].seed, 1) and result.ran == len(plan)
@@ -114,20 +103,6 @@ def test_the_profile_goes_out_before_the_trials_that_only_confirm_an_equivalence
     # O0 casts nothing: its black-listed trials compute what O0 without one does; they run last,
     # beside the profile, instead of the profile waiting for them
     actors = _Profiled()
-    raw = {
-        "name": "loop",
-        "workload": f"{NOOP}:make",
-        "steps": 1,
-        "grid": {"amp_level": ["O0", "O2"], "black_list": [[], ["Dense"]], "clip": [None], "seed": [0, 1, 2]},
-        "devices": "ascend",
-    }
-    plan = Sweep(raw).plan()
-    store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
-    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=True), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    plan, result = _drive(tmp_path, 2, actors, profile=True, black_list=[[], ["Dense"]], seed=[0, 1, 2])
     assert len(plan.equivalent_to) == 3 and result.ran == len(plan) == 12
     assert actors.profiled_after == [len(plan) - len(plan.equivalent_to)]
