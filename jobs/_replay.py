@@ -145,9 +145,7 @@ class _Replay:
         if steps <= 0:
             return None
         compiled.reset(self.config, self.workload)
-        clip = compiled.clip_tensor(self.config.clip)
-        # the lean step's vector is (loss, norm, finite, scale)
-        early = self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
+        early = self._steps_on(compiled, steps)
         if early is None:
             compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
         return early
@@ -164,10 +162,14 @@ class _Replay:
             return None
         state = training_state(self.loss_cell, self.optimizer, self.scaler)
         compiled.load({key: param.asnumpy() for key, param in state.items()})
-        clip = compiled.clip_tensor(self.config.clip)
-        early = self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
+        early = self._steps_on(compiled, steps)
         compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
         return early
+
+    def _steps_on(self, compiled: CompiledStep, steps: int) -> int | None:
+        """The next ``steps`` batches on ``compiled`` (its lean vector is loss, norm, finite, scale)."""
+        clip = compiled.clip_tensor(self.config.clip)
+        return self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
 
     def _run_compiled(self, steps: int) -> int | None:
         return self._first_nonfinite(steps, lambda batch: self._compiled(self._clip, *batch).asnumpy())

@@ -92,14 +92,15 @@ class TrialQueue:
             self._insert(entry)
 
     def _insert(self, entry: _Entry) -> None:
-        line = self._lines[self._phase(entry[1])].setdefault(entry[1].graph_id, deque())
+        lines = self._lines[self._phase(entry[1])]
+        line = lines.setdefault(entry[1].graph_id, deque())
         if not line or line[-1][0] < entry[0]:
             line.append(entry)
         elif entry[0] < line[0][0]:
             line.appendleft(entry)
         else:  # a released trial between queued ones: rare (once per snapshot), so a sort is fine
             line.append(entry)
-            self._lines[self._phase(entry[1])][entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
+            lines[entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
 
     def take(self, own: set[str]) -> TrialConfig | None:
         """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
