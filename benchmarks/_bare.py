@@ -4,7 +4,9 @@
 graph named in the request, the same ``jobs._trainer.CompiledStep`` a worker
 builds, times its first call (compile + one step) and then ``steps`` further
 steps on batches converted to Tensors beforehand, synchronising once per block
-of 25 steps as the trainer does. The process pins itself to ``CORE`` and uses
+of 25 steps as the trainer does; with ``layer_every`` in the request, every
+``layer_every``-th of those steps runs the sampled variant, as in a trial (its
+first call, a compile, is left out of the step time). The process pins itself to ``CORE`` and uses
 one op thread, as a CPU worker does. What comes out per graph: compile seconds
 (first call minus one step) and milliseconds per step.
 
@@ -59,20 +61,24 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
 
     config = _config(graph)
     steps = int(graph["steps"])
+    # a trial runs the sampled variant (per-parameter statistics) on every layer_every-th step
+    every = int(graph.get("layer_every") or 0)
     ms.set_seed(0)
     np.random.seed(0)
     workload = build_workload(reference, 0, config.workload_args)
     source = iter(workload.batches)
-    batches = [to_tensors(next(source)) for _ in range(steps + 1)]
+    batches = [to_tensors(next(source)) for _ in range(steps + 2)]
     built = time.perf_counter()
     step = CompiledStep(config, workload)
     clip = step.clip_tensor(None)
     step(clip, batches[0]).asnumpy()
     first_s = time.perf_counter() - built
+    if every:
+        step.sampled_vector(clip, batches[1]).asnumpy()  # its compile is not a step
     started = time.perf_counter()
     out = None
-    for index, batch in enumerate(batches[1:], start=1):
-        out = step(clip, batch)
+    for index, batch in enumerate(batches[2:], start=1):
+        out = step.sampled_vector(clip, batch) if every and index % every == 0 else step(clip, batch)
         if index % BLOCK == 0:
             out.asnumpy()
     if out is not None:

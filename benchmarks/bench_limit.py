@@ -11,7 +11,11 @@ graph (each worker compiles each graph once, in parallel with the others).
 The pure step time and the compile time per graph come from ``benchmarks._bare``:
 the same ``CompiledStep`` a worker builds, timed bare in two child processes at
 once, one pinned to each core with one op thread (the conditions the sweep's
-two workers run in), averaged over the two.
+two workers run in), averaged over the two. They are timed twice, just before
+the sweep and just after it, and the two are averaged: this shared machine's
+speed drifts within minutes, and a limit timed on one side of the sweep only
+made the ratio swing with that drift (1.18× and 1.34× on one afternoon, for
+sweeps of about the same length).
 
 **The sweep phase** is read from the sweep's own trials table: from the earliest
 ``started_at`` to the latest ``finished_at``, the workers' own stamps around each
@@ -102,23 +106,52 @@ def have_mindcv() -> bool:
 # --- the limit -----------------------------------------------------------------------------------
 
 
-def bare_times(spec: dict[str, Any], trials: Any, steps: int, tmp: Path) -> dict[str, dict[str, float]]:
+_PLAN_GRAPHS = """
+import json, sys
+from ampsweep.sweep import Sweep
+spec = json.loads(sys.argv[1])
+graphs = {}
+for t in Sweep(spec).plan().trials:
+    graphs.setdefault(t.graph_id, {"amp_level": t.amp_level, "black_list": list(t.black_list),
+        "loss_scale": t.loss_scale, "dtype": t.dtype, "loss_placement": t.loss_placement,
+        "layer_every": t.layer_every})
+print(json.dumps(graphs))
+"""
+
+
+def plan_graphs(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The sweep's distinct graphs (policy fields per graph id), from its plan, before it runs.
+
+    In a child process: planning builds the workload once, and this process
+    should not hold MindSpore's threads while the sweep runs beside it.
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", _PLAN_GRAPHS, json.dumps(spec)],
+        cwd=ROOT,
+        env=child_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bare_times(
+    spec: dict[str, Any], policies: dict[str, dict[str, Any]], steps: int, tmp: Path
+) -> dict[str, dict[str, float]]:
     """Compile s and ms/step per graph id, from two bare processes at once (one per core)."""
     import os
 
-    graphs = {}
-    for gid, rows in trials.groupby("graph_id"):
-        row = rows.iloc[0]
-        graphs[gid] = {
+    graphs = {
+        gid: {
             "workload": spec["workload"],
             "workload_args": spec.get("workload_args") or {},
-            "amp_level": row["amp_level"],
-            "black_list": list(row["black_list"]),
-            "loss_scale": row["loss_scale"],
-            "dtype": row["dtype"],
-            "loss_placement": row.get("loss_placement"),
+            **policy,
             "steps": steps,
         }
+        for gid, policy in policies.items()
+    }
+    tmp.mkdir(parents=True, exist_ok=True)
     reference = spec["workload"]
     if reference.rpartition(":")[0].endswith(".py"):
         reference = str(Path(reference.rpartition(":")[0]).resolve()) + ":" + reference.rpartition(":")[2]
@@ -148,6 +181,23 @@ def bare_times(spec: dict[str, Any], trials: Any, steps: int, tmp: Path) -> dict
     return {
         gid: {key: statistics.fmean(r[gid][key] for r in results) for key in ("compile_s", "step_ms")}
         for gid in graphs
+    }
+
+
+def mean_of(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, dict[str, float]]:
+    """Per graph, the mean of the bare times taken just before and just after the sweep.
+
+    This shared machine's speed drifts by up to 1.6x within minutes (the same
+    graph's bare ms/step on one afternoon: 1.9 and 3.1); timing only after the
+    sweep made the ratio follow the drift more than the sweep. The sweep runs
+    between the two timings, so their mean is the fairer bound, and how far
+    apart they are says how much to trust the ratio.
+    """
+    return {
+        gid: {key: (before[gid][key] + after[gid][key]) / 2 for key in ("compile_s", "step_ms")}
+        for gid in before
     }
 
 
@@ -222,14 +272,17 @@ def fixed_cost_parts(spec: dict[str, Any], tmp: Path) -> dict[str, float]:
 
 def measure_case(key: str, spec: dict[str, Any], tmp: Path, bare_steps: int) -> dict[str, Any]:
     load_start = load_average()
+    policies = plan_graphs(spec)
+    log(NAME, f"{key}: timing its {len(policies)} graphs bare before the sweep")
+    before = bare_times(spec, policies, bare_steps, tmp / key / "before")
     log(NAME, f"{key}: sweep {spec['name']} through the CLI on {WORKERS} workers")
     cli = run_cli(spec, tmp / key, WORKERS)
-    log(
-        NAME,
-        f"{key}: sweep took {cli.wall_s:.1f} s; timing its {cli.trials['graph_id'].nunique()} graphs bare",
-    )
-    bare = bare_times(spec, cli.trials, bare_steps, tmp / key)
+    log(NAME, f"{key}: sweep took {cli.wall_s:.1f} s; timing its graphs bare again")
+    after = bare_times(spec, policies, bare_steps, tmp / key / "after")
+    bare = mean_of(before, after)
     limit, pure, compiles = limit_of(cli.trials, bare)
+    pure_before = limit_of(cli.trials, before)[1]
+    pure_after = limit_of(cli.trials, after)[1]
     sweep_phase = cli.last_end - cli.first_start
     t = cli.trials
     starts = trial_starts(t)
@@ -246,6 +299,10 @@ def measure_case(key: str, spec: dict[str, Any], tmp: Path, bare_steps: int) -> 
         "spec": spec,
         "cli": cli,
         "bare": bare,
+        "bare_before": before,
+        "bare_after": after,
+        "pure_before": pure_before,
+        "pure_after": pure_after,
         "limit": limit,
         "pure": pure,
         "compiles_bare": compiles,
@@ -279,7 +336,12 @@ def _case_table(c: dict[str, Any]) -> list[str]:
         ("Trials (graphs), steps run", f"{len(t)} ({t['graph_id'].nunique()}), {c['steps_run']:,}"),
         ("Outcomes", ", ".join(f"{k} {v}" for k, v in sorted(t["outcome"].value_counts().items()))),
         ("`ampsweep run` end to end", f"{cli.wall_s:.1f} s"),
-        ("Bare, per graph: ms/step", step_ms),
+        ("Bare, per graph: ms/step (mean of before and after the sweep)", step_ms),
+        (
+            "… Σ pure step time / workers, bare timed before the sweep / after it",
+            f"{c['pure_before'] / WORKERS:.1f} s / {c['pure_after'] / WORKERS:.1f} s "
+            f"(after / before {c['pure_after'] / c['pure_before']:.2f}×: the machine's drift)",
+        ),
         ("Bare, per graph: compile s (for comparison; not in the limit)", compile_s),
         ("Σ pure step time / workers", f"{c['pure'] / WORKERS:.1f} s"),
         (
@@ -395,6 +457,10 @@ def _figures(cases: list[dict[str, Any]], parts: dict[str, float], measured_at: 
                 "outcomes": {str(k): int(v) for k, v in t["outcome"].value_counts().items()},
                 "command_s": r(cli.wall_s),
                 "bare_step_ms": {str(g): r(v["step_ms"]) for g, v in c["bare"].items()},
+                "bare_step_ms_before": {str(g): r(v["step_ms"]) for g, v in c["bare_before"].items()},
+                "bare_step_ms_after": {str(g): r(v["step_ms"]) for g, v in c["bare_after"].items()},
+                "pure_step_s_per_worker_before": r(c["pure_before"] / WORKERS),
+                "pure_step_s_per_worker_after": r(c["pure_after"] / WORKERS),
                 "bare_compile_s": {str(g): r(v["compile_s"]) for g, v in c["bare"].items()},
                 "pure_step_s_per_worker": r(c["pure"] / WORKERS),
                 "compile_term_s": r(c["compiles_bare"]),
@@ -456,7 +522,9 @@ def run(tiny: bool = False) -> str:
         "each distinct graph. Bare times: the same `CompiledStep` in two processes at once, each pinned to "
         f"one core with one op thread, {TINY_STEPS if tiny else BARE_STEPS['demo']} steps per graph "
         "(mindcv: "
-        f"{1 if tiny else BARE_STEPS['mindcv']}) after the compile, averaged over the two; "
+        f"{1 if tiny else BARE_STEPS['mindcv']}) after the compiles, every `layer_every`-th of them the "
+        "sampled variant as in a trial, averaged over the two processes, timed just before the sweep "
+        "and again just after it, and the two averaged (this machine's speed drifts within minutes); "
         "the compile term is the median `compile_s` of each graph's compiling trials in the sweep itself. "
         "Sweep phase, busy time and fixed costs from the sweep's trials table (the workers' own "
         "`started_at` and `finished_at` around each whole trial, `wall_s`, `compile_s`) and the command's "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -106,3 +107,47 @@ def test_the_profile_goes_out_before_the_trials_that_only_confirm_an_equivalence
     plan, result = _drive(tmp_path, 2, actors, profile=True, black_list=[[], ["Dense"]], seed=[0, 1, 2])
     assert len(plan.equivalent_to) == 3 and result.ran == len(plan) == 12
     assert actors.profiled_after == [len(plan) - len(plan.equivalent_to)]
+
+
+class _Depths(InProcessActors):
+    """Records, for each trial sent, how many calls its actor already held and how many trials were left."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        self.total = total
+        self.sent: dict[Any, int] = {}  # call -> worker index
+        self.held: dict[int, int] = {}  # worker index -> calls sent and not yet taken by the driver
+        self.seen: list[tuple[int, int]] = []  # (calls the actor held, trials not yet sent)
+        answers = self.completions
+        owner = self
+
+        class _Counting:
+            def put(self, item):
+                answers.put(item)
+
+            def get(self, timeout=None):
+                call, future = answers.get(timeout=timeout)
+                index = owner.sent.pop(call, None)
+                if index is not None:
+                    owner.held[index] -= 1
+                return call, future
+
+        self.completions = _Counting()
+
+    def run(self, actor, config, workload_ref, hint, start):
+        index = actor.worker_index
+        self.seen.append((self.held.get(index, 0), self.total - self.calls))
+        call = super().run(actor, config, workload_ref, hint, start)
+        self.sent[call] = index
+        self.held[index] = self.held.get(index, 0) + 1
+        return call
+
+
+def test_no_trial_waits_behind_another_when_too_few_are_left_for_every_actor(tmp_path):
+    # 4 ResNet trials on 2 actors once ran 3 on one actor while the other idled for 100 s
+    actors = _Depths(total=12)
+    _, result = _drive(tmp_path, 2, actors, seed=list(range(6)))
+    assert result.ran == 12
+    queued_behind = [left for held, left in actors.seen if held >= 1]
+    assert queued_behind, "with plenty left, an actor holds the next trial behind the one it runs"
+    assert min(queued_behind) >= 2 * 2, actors.seen
