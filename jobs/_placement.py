@@ -21,6 +21,10 @@ class DeviceSetup:
     visible_devices_env: str | None = None  # e.g. CUDA_VISIBLE_DEVICES; None on CPU
     cpu_core: int | None = None  # pin the process to this core (CPU compute)
     cpu_threads: int | None = None  # MindSpore CPU operator threads
+    #: launch every op in the calling thread (``mindspore.runtime.launch_blocking``): on one
+    #: pinned core, the asynchronous hand-over to MindSpore's launch thread costs more than it
+    #: overlaps, and a localization replay (PyNative, one op at a time) ran 2.4x slower with it
+    launch_blocking: bool = False
 
 
 @dataclass(frozen=True)

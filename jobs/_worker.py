@@ -42,6 +42,8 @@ class TrialWorker:
         ms.set_device(setup.mindspore_target, 0)
         if setup.cpu_threads is not None:
             ms.device_context.cpu.op_tuning.threads_num(setup.cpu_threads)
+        if setup.launch_blocking:
+            ms.runtime.launch_blocking()
         env = setup.visible_devices_env
         self.placement = Placement(
             device_kind=setup.device_kind,

@@ -2,7 +2,8 @@
 
 The two slowest parts of a run's start are independent: checking the
 workload (importing MindSpore and building the network once, in the driver)
-and starting a private local Ray cluster (its GCS and raylet processes).
+and starting a private local Ray cluster (its GCS, raylet and API server
+processes: 3-5 s on 2 cores).
 Done one after the other they were the sum; here the workload check runs on
 a thread while the main thread starts Ray (``ray.init`` itself must stay on
 the main thread), so the first trial starts after the longer of the two.
@@ -14,6 +15,7 @@ before the one-line error: nothing is written either way.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -26,6 +28,9 @@ from ._spec import read_spec
 from ._store import SweepStore
 from ._workload_check import resolve_workload
 
+#: what ``import mindspore`` sets to ``python`` when unset (``mindspore.run_check``, 2.7 to 2.10)
+PROTOBUF_BACKEND_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+
 
 def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
     """The validated ``Sweep`` of the file at ``path``; a local cluster is up when it returns.
@@ -34,9 +39,11 @@ def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
     workload's location first (its folder may travel as the runtime_env), so
     that case validates first and leaves Ray to ``run_sweep``.
     """
-    # MindSpore before Ray: MindSpore 2.7 picks protobuf's pure-Python backend for its old
-    # generated modules on import, which is too late once Ray has loaded protobuf
-    import mindspore  # noqa: F401
+    # Importing MindSpore selects protobuf's pure-Python backend (its 2.7 generated modules
+    # need it) unless the variable is set, which is too late once Ray has loaded protobuf.
+    # Set as MindSpore would, Ray may load protobuf first, and MindSpore's import (about a
+    # second) runs on the checker thread beside Ray's start instead of before it.
+    os.environ.setdefault(PROTOBUF_BACKEND_ENV, "python")
     import ray
 
     spec = read_spec(path)  # the shape and the workload's file: cheap, and a typo should not wait for Ray

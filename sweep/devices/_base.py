@@ -28,7 +28,9 @@ def device_setup(backend: DeviceBackend, ordinal: int, compute_on: str | None) -
 
     Computing on CPU (a CPU actor, or ``--compute-on cpu`` for a dry run of a
     device sweep under fake resources) pins one core and one MindSpore thread
-    per actor: two MindSpore processes on two cores thrash otherwise.
+    per actor: two MindSpore processes on two cores thrash otherwise. On that
+    one core ops launch synchronously: a device's asynchronous queue overlaps
+    host and device work, but a CPU has nothing to overlap.
     """
     on_cpu = (compute_on or backend.kind) == "cpu"
     return DeviceSetup(
@@ -37,4 +39,5 @@ def device_setup(backend: DeviceBackend, ordinal: int, compute_on: str | None) -
         visible_devices_env=backend.visible_devices_env,
         cpu_core=ordinal if on_cpu else None,
         cpu_threads=1 if on_cpu else None,
+        launch_blocking=on_cpu,
     )
