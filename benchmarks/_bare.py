@@ -6,8 +6,9 @@ builds, times its first call (compile + one step) and then ``steps`` further
 steps on batches converted to Tensors beforehand, synchronising once per block
 of 25 steps as the trainer does; with ``layer_every`` in the request, every
 ``layer_every``-th of those steps runs the sampled variant, as in a trial (its
-first call, a compile, is left out of the step time). The process pins itself to ``CORE`` and uses
-one op thread, as a CPU worker does. What comes out per graph: compile seconds
+first call, a compile, is left out of the step time). The process pins itself
+to ``CORE``, uses one op thread and launches ops synchronously, as a CPU worker
+does. What comes out per graph: compile seconds
 (first call minus one step) and milliseconds per step.
 
 It is a separate process so the parent can run two at once, one per core:
@@ -95,6 +96,7 @@ def main(request_path: str, out_path: str, core: str | None = None) -> None:
 
     ms.set_device("CPU")
     ms.device_context.cpu.op_tuning.threads_num(1)
+    ms.runtime.launch_blocking()  # as a CPU worker does (``sweep.devices.device_setup``)
     results = {gid: time_graph(graph, request["reference"]) for gid, graph in request["graphs"].items()}
     Path(out_path).write_text(json.dumps(results))
 

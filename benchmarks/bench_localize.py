@@ -54,6 +54,7 @@ def run(tiny: bool = False) -> str:
         os.sched_setaffinity(0, {(os.cpu_count() or 1) - 1})
     ms.set_device("CPU", 0)
     ms.device_context.cpu.op_tuning.threads_num(1)
+    ms.runtime.launch_blocking()  # as a CPU worker does
     graphs = GraphCache()
     fp32, mixed = _configs(tiny)
     log(NAME, f"{len(fp32)} FP32 and {len(mixed)} O2 trials of {WORKLOAD.rsplit('/', 1)[-1]}")
