@@ -55,6 +55,12 @@ EXPECTED: dict[str, list[str]] = {
         "**Forked / from step 0:",
         "ok: every forked trial's first step is 20 or later",
     ],
+    "bench_launch": [
+        "## Op launch on one CPU core: synchronous against asynchronous (bench_launch)",
+        "| PyNative step with hooks on every Cell |",
+        "| Localizing the diverged trial, `loss_placement: inside` |",
+        "Same culprit, phase and replay step in every process: yes",
+    ],
     "bench_localize": [
         "## Localizing a broken trial (bench_localize)",
         "| trial | first non-finite step |",
@@ -134,6 +140,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         "bench_launcher",
         "bench_capture",
         "bench_compiles",
+        "bench_launch",
         "bench_localize",
         "bench_watch",
         "bench_analysis",
