@@ -92,11 +92,9 @@ def main(request_path: str, out_path: str, core: str | None = None) -> None:
     request = json.loads(Path(request_path).read_text())
     if core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(core)})
-    import mindspore as ms
+    from ._common import as_a_cpu_worker
 
-    ms.set_device("CPU")
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    ms.runtime.launch_blocking()  # as a CPU worker does (``sweep.devices.device_setup``)
+    as_a_cpu_worker()
     results = {gid: time_graph(graph, request["reference"]) for gid, graph in request["graphs"].items()}
     Path(out_path).write_text(json.dumps(results))
 

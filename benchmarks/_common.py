@@ -37,6 +37,16 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def as_a_cpu_worker() -> None:
+    """Set this process's MindSpore up as a CPU sweep's worker is (``sweep.devices.device_setup``).
+
+    Pinning is the caller's: each benchmark picks its own core.
+    """
+    from ampsweep.sweep.devices import CpuBackend, device_setup
+
+    device_setup(CpuBackend(), 0, None).configure_mindspore()
+
+
 def ampsweep_command() -> list[str]:
     """``ampsweep`` as installed next to this interpreter, else the module."""
     script = BIN / "ampsweep"

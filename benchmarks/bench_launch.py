@@ -54,12 +54,14 @@ def child(mode: str, tiny: bool) -> dict[str, Any]:
     """The figures of one process launching ops ``mode``-ly (the child's body)."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    import dataclasses
+
     import mindspore as ms
 
-    ms.set_device("CPU", 0)
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    if mode == "sync":
-        ms.runtime.launch_blocking()
+    from ampsweep.sweep.devices import CpuBackend, device_setup
+
+    worker = device_setup(CpuBackend(), 0, None)  # a CPU worker's setup, launch mode as asked
+    dataclasses.replace(worker, launch_blocking=mode == "sync").configure_mindspore()
     from ampsweep.jobs import TrialConfig
     from ampsweep.jobs._hooks import CellProbe
     from ampsweep.jobs._replay import _Replay

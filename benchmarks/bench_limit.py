@@ -189,8 +189,7 @@ def mean_of(
 ) -> dict[str, dict[str, float]]:
     """Per graph, the mean of the bare times taken just before and just after the sweep.
 
-    This shared machine's speed drifts by up to 1.6x within minutes (the same
-    graph's bare ms/step on one afternoon: 1.9 and 3.1); timing only after the
+    This shared machine's speed drifts within minutes; timing only after the
     sweep made the ratio follow the drift more than the sweep. The sweep runs
     between the two timings, so their mean is the fairer bound, and how far
     apart they are says how much to trust the ratio.

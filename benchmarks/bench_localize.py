@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._common import log
+from ._common import as_a_cpu_worker, log
 
 NAME = "bench_localize"
 WORKLOAD = f"{Path(__file__).resolve().with_name('mlp_workload.py')}:make"
@@ -44,7 +44,6 @@ def _configs(tiny: bool) -> tuple[list[Any], list[Any]]:
 
 
 def run(tiny: bool = False) -> str:
-    import mindspore as ms
 
     from ampsweep.jobs._diagnose import diagnose
     from ampsweep.jobs._step import GraphCache
@@ -52,9 +51,7 @@ def run(tiny: bool = False) -> str:
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {(os.cpu_count() or 1) - 1})
-    ms.set_device("CPU", 0)
-    ms.device_context.cpu.op_tuning.threads_num(1)
-    ms.runtime.launch_blocking()  # as a CPU worker does
+    as_a_cpu_worker()
     graphs = GraphCache()
     fp32, mixed = _configs(tiny)
     log(NAME, f"{len(fp32)} FP32 and {len(mixed)} O2 trials of {WORKLOAD.rsplit('/', 1)[-1]}")

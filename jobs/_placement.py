@@ -23,8 +23,22 @@ class DeviceSetup:
     cpu_threads: int | None = None  # MindSpore CPU operator threads
     #: launch every op in the calling thread (``mindspore.runtime.launch_blocking``): on one
     #: pinned core, the asynchronous hand-over to MindSpore's launch thread costs more than it
-    #: overlaps, and a localization replay (PyNative, one op at a time) ran 2.4x slower with it
+    #: overlaps; a hooked PyNative step (localization) ran 3x slower with it (``bench_launch``)
     launch_blocking: bool = False
+
+    def configure_mindspore(self) -> None:
+        """Apply the MindSpore side of this setup in this process: device, op threads, launch mode.
+
+        The actor calls it once it is pinned; the benchmarks that time what a
+        worker computes call it too, so they run exactly as a worker does.
+        """
+        import mindspore as ms
+
+        ms.set_device(self.mindspore_target, 0)
+        if self.cpu_threads is not None:
+            ms.device_context.cpu.op_tuning.threads_num(self.cpu_threads)
+        if self.launch_blocking:
+            ms.runtime.launch_blocking()
 
 
 @dataclass(frozen=True)

@@ -39,11 +39,7 @@ class TrialWorker:
         os.chdir(tempfile.mkdtemp(prefix="ampsweep-worker-"))
         import mindspore as ms
 
-        ms.set_device(setup.mindspore_target, 0)
-        if setup.cpu_threads is not None:
-            ms.device_context.cpu.op_tuning.threads_num(setup.cpu_threads)
-        if setup.launch_blocking:
-            ms.runtime.launch_blocking()
+        setup.configure_mindspore()
         env = setup.visible_devices_env
         self.placement = Placement(
             device_kind=setup.device_kind,
