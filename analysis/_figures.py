@@ -253,7 +253,9 @@ def failure_figure(data: FailureFigureData | None, key: str) -> FigureImage | No
                 data.inner_limit[1], color="tab:orange", ls=":", lw=1.2, label=data.inner_limit[0]
             )
         ax_cell.set_xscale("log")
-        ax_cell.set_xlim(left=min(min(values), 1.0) / 2, right=FLOAT16_MAX * 4)
+        # a zero (or non-finite) maximum has no place on a log axis: the left edge ignores it
+        positive = [v for v in values if 0 < v < float("inf")]
+        ax_cell.set_xlim(left=min(positive + [1.0]) / 2, right=FLOAT16_MAX * 4)
         ax_cell.legend(fontsize=7, loc="lower right")
         ax_cell.set_title(plot_text(f"max |x| in {data.cell}"), fontsize=9)
     else:

@@ -15,6 +15,7 @@ before the one-line error: nothing is written either way.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 from pathlib import Path
@@ -30,6 +31,45 @@ from ._workload_check import resolve_workload
 
 #: what ``import mindspore`` sets to ``python`` when unset (``mindspore.run_check``, 2.7 to 2.10)
 PROTOBUF_BACKEND_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+#: the line protoc 3.20 and later write into a generated module; older modules create their
+#: descriptors directly, which only protobuf's pure-Python backend still allows
+_NEW_STYLE_PB2 = "from google.protobuf.internal import builder"
+
+
+def choose_protobuf_backend() -> str:
+    """Pick protobuf's backend for this process and every process Ray starts from it; returns it.
+
+    ``import mindspore`` selects the pure-Python backend when none is chosen.
+    MindSpore 2.7's generated modules need it; 2.10's do not. Pure-Python
+    protobuf is slow for Ray, whose Python processes (the driver's ``ray.init``,
+    its API server, the workers) all inherit the choice: on 2 cores a local
+    ``ray.init`` took about 4.1 s with it and 2.6 s with protobuf's default
+    (upb). So the default is kept when every generated module of the installed
+    MindSpore is new-style, and written into the environment so that MindSpore
+    and Ray's child processes agree. A value the user set is left alone.
+    """
+    chosen = os.environ.get(PROTOBUF_BACKEND_ENV)
+    if chosen:
+        return chosen
+    if _mindspore_needs_pure_python():
+        backend = "python"
+    else:
+        from google.protobuf.internal import api_implementation
+
+        backend = api_implementation.Type()
+    os.environ[PROTOBUF_BACKEND_ENV] = backend
+    return backend
+
+
+def _mindspore_needs_pure_python() -> bool:
+    """Whether the installed MindSpore has generated protobuf modules older than protoc 3.20."""
+    found = importlib.util.find_spec("mindspore")
+    if found is None or not found.submodule_search_locations:
+        return True  # no MindSpore to look at: choose what its import would
+    generated = [
+        p for folder in found.submodule_search_locations for p in Path(folder, "train").glob("*_pb2.py")
+    ]
+    return not generated or any(_NEW_STYLE_PB2 not in p.read_text(errors="replace") for p in generated)
 
 
 def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
@@ -39,11 +79,9 @@ def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
     workload's location first (its folder may travel as the runtime_env), so
     that case validates first and leaves Ray to ``run_sweep``.
     """
-    # Importing MindSpore selects protobuf's pure-Python backend (its 2.7 generated modules
-    # need it) unless the variable is set, which is too late once Ray has loaded protobuf.
-    # Set as MindSpore would, Ray may load protobuf first, and MindSpore's import (about a
-    # second) runs on the checker thread beside Ray's start instead of before it.
-    os.environ.setdefault(PROTOBUF_BACKEND_ENV, "python")
+    # Chosen before Ray loads protobuf, MindSpore's import (about a second) can run on the
+    # checker thread beside Ray's start instead of before it.
+    choose_protobuf_backend()
     import ray
 
     spec = read_spec(path)  # the shape and the workload's file: cheap, and a typo should not wait for Ray
