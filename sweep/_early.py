@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ._api import Sweep, resolved_yaml
@@ -72,12 +73,16 @@ def _mindspore_needs_pure_python() -> bool:
     return not generated or any(_NEW_STYLE_PB2 not in p.read_text(errors="replace") for p in generated)
 
 
-def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
+def validate_while_ray_starts(
+    path: Path, run: RunConfig, out: str, meanwhile: Callable[[], object] | None = None
+) -> Sweep:
     """The validated ``Sweep`` of the file at ``path``; a local cluster is up when it returns.
 
     Joining an existing cluster (``--address`` or ``RAY_ADDRESS``) needs the
     workload's location first (its folder may travel as the runtime_env), so
-    that case validates first and leaves Ray to ``run_sweep``.
+    that case validates first and leaves Ray to ``run_sweep``. ``meanwhile``
+    runs on the checker thread once the spec is valid, while Ray still starts
+    (the CLI loads the report's plotting there); its failure is ignored.
     """
     # Chosen before Ray loads protobuf, MindSpore's import (about a second) can run on the
     # checker thread beside Ray's start instead of before it.
@@ -100,6 +105,12 @@ def validate_while_ray_starts(path: Path, run: RunConfig, out: str) -> Sweep:
             checked["sweep"] = Sweep(spec, base_dir=path.parent)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
             checked["error"] = exc
+            return
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception:  # noqa: BLE001, S110 - a head start only: the same work happens later anyway
+                pass
 
     checker = threading.Thread(target=check, name="ampsweep-validate", daemon=True)
     checker.start()

@@ -7,10 +7,9 @@ other, as Ray's exit handler would, they add up; side by side the run ends
 with the longer of the two.
 
 ``ray.shutdown`` stays on the main thread, where ``ray.init`` ran; the report
-runs in a helper thread. The start is *not* overlapped the same way
-(``ray.init`` beside the workload check): it saves about a second on a good
-spec but makes every workload error wait for Ray to start and stop again,
-several times slower than the check alone (see the README's start-up notes).
+runs in a helper thread. The start is overlapped the other way round: the
+workload check (and the loading of the report's plotting) runs on a helper
+thread while ``ray.init`` runs on the main one (``sweep._early``).
 """
 
 from __future__ import annotations

@@ -229,7 +229,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the report's FP32 profile, run by the first worker the trials leave idle
         profile="://" not in args.out,
     )
-    sweep = validate_while_ray_starts(Path(args.spec), config, args.out)
+    # the report's plotting loads while Ray starts; a sweep written elsewhere is reported elsewhere
+    warm = _warm_up_report if config.profile else None
+    sweep = validate_while_ray_starts(Path(args.spec), config, args.out, meanwhile=warm)
     try:
         result = sweep.run(args.out, config)
     except SweepStopped as stop:
@@ -254,6 +256,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.whole_process:
             _exit_now(0)
     return 0
+
+
+def _warm_up_report() -> None:
+    """The report's plotting, loaded while Ray starts (see ``analysis._plot.warm_up``)."""
+    from ampsweep.analysis._plot import warm_up
+
+    warm_up()
 
 
 def _exit_now(code: int) -> None:

@@ -1,0 +1,38 @@
+"""``ampsweep run``'s start: the workload check runs beside Ray's start, and so does ``meanwhile``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampsweep.sweep import RunConfig, SpecError
+from ampsweep.sweep._early import validate_while_ray_starts
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_work_given_for_the_wait_runs_once_the_spec_is_valid_and_its_failure_is_ignored(write_spec, tmp_path):
+    import ray
+
+    calls: list[bool] = []
+
+    def meanwhile() -> None:
+        calls.append(ray.is_initialized())
+        raise RuntimeError("only a head start")
+
+    sweep = validate_while_ray_starts(write_spec(), RunConfig(workers=1), str(tmp_path / "out"), meanwhile)
+    assert sweep.name == "tiny"
+    assert ray.is_initialized()
+    assert len(calls) == 1
+
+
+def test_a_bad_workload_stops_the_started_cluster_and_skips_the_work_given_for_the_wait(write_spec, tmp_path):
+    import ray
+
+    calls: list[str] = []
+    spec = write_spec({"grid": {"black_list": [["Scalar"]]}})
+    with pytest.raises(SpecError, match="grid.black_list"):
+        validate_while_ray_starts(
+            spec, RunConfig(workers=1), str(tmp_path / "out"), lambda: calls.append("ran")
+        )
+    assert calls == []
+    assert not ray.is_initialized()
+    assert not (tmp_path / "out").exists()
