@@ -149,6 +149,22 @@ def test_round_trip_through_pyarrow_dataset_and_pandas(tmp_path):
     assert set(one["layer"]) == {"weight"}
 
 
+def test_committed_files_carry_no_column_statistics(tmp_path):
+    """Each file is one trial, read whole: statistics would only add bytes (a fifth of them)."""
+    import pyarrow.parquet as pq
+
+    store = SweepStore(str(tmp_path), "s")
+    store.commit(_record(seed=0)[1])
+    files = sorted((tmp_path / "s").rglob("*.parquet"))
+    assert {f.relative_to(tmp_path / "s").parts[0] for f in files} >= {"trials", "steps", "layers"}
+    for file in files:
+        meta = pq.ParquetFile(file).metadata
+        columns = [
+            meta.row_group(g).column(c) for g in range(meta.num_row_groups) for c in range(meta.num_columns)
+        ]
+        assert not any(column.is_stats_set for column in columns), file
+
+
 def test_debris_of_an_interrupted_trial_is_ignored_and_replaced(tmp_path):
     store = SweepStore(str(tmp_path), "s")
     _, record = _record()
