@@ -259,7 +259,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _warm_up_report() -> None:
-    """The report's plotting, loaded while Ray starts (see ``analysis._plot.warm_up``)."""
+    """The report's modules and plotting, loaded while Ray starts (see ``analysis._plot.warm_up``)."""
+    import ampsweep.analysis._figures  # noqa: F401 - pandas and the figures' modules
     from ampsweep.analysis._plot import warm_up
 
     warm_up()
