@@ -360,7 +360,7 @@ def _section(size: dict[str, Any], n_trials: int, ours: Any, theirs: dict[str, A
         "## Against Ray Tune (bench_vs_tune)",
         "",
         f"**Targets:** at least {TARGET_SPEEDUP:g}× faster end to end — {verdict(met_speed)} "
-        f"(**{speedup:.1f}×**); at least {TARGET_BYTES:g}× fewer bytes per 1000 steps — "
+        f"(**{speedup:.2f}×**); at least {TARGET_BYTES:g}× fewer bytes per 1000 steps — "
         f"{verdict(met_bytes)} (**{fewer:.1f}×**)."
         + (" _Tiny smoke-test size: the figures mean nothing._" if tiny else ""),
         "",
@@ -410,7 +410,7 @@ def _section(size: dict[str, Any], n_trials: int, ours: Any, theirs: dict[str, A
         lines += [f"Ray Tune trial errors: {theirs['errors'][:3]}", ""]
     if not met_speed:
         lines += [
-            f"Speed target missed: {speedup:.1f}× < {TARGET_SPEEDUP:g}× on this run (see the breakdown).",
+            f"Speed target missed: {speedup:.2f}× < {TARGET_SPEEDUP:g}× on this run (see the breakdown).",
             "",
         ]
     if not met_bytes:
