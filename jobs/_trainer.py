@@ -2,12 +2,11 @@
 
 Everything that happens per step is inside a ``mindspore.jit`` graph: the
 forward and backward pass, unscaling, the global norm, clipping and the update.
-Each graph comes in two compiled variants over the same parameters, optimizer
-and loss scaler (see ``CompiledStep``): the *lean* one, which every ordinary
-step runs, returns only what the ``steps`` table needs; the *sampled* one,
-which runs on every ``layer_every``-th step, adds the per-parameter gradient
-statistics of the ``layers`` table. Both compute the update with the same
-operations, so which one ran a step never changes the trajectory. Per-step
+The step returns only what the ``steps`` table needs; on every
+``layer_every``-th step a small compiled function also reads the gradients the
+step left on the device for the per-parameter statistics of the ``layers``
+table (see ``CompiledStep``). It only reads, so which steps were sampled never
+changes the trajectory. Per-step
 vectors are copied to the host in blocks, so the host sees no per-step
 synchronisation and divergence is still caught within one block.
 
@@ -40,7 +39,7 @@ from ._workload import Workload, build_workload
 
 #: Steps whose metrics are copied to the host together.
 BLOCK_STEPS = 25
-# Layout of the per-step metric vector (both variants): 4 scalars.
+# Layout of the per-step metric vector (a sampled step's begins with it): 4 scalars.
 _LOSS, _NORM, _FINITE, _SCALE = 0, 1, 2, 3
 
 
@@ -124,8 +123,8 @@ def _train(
 ) -> tuple[TrialMetrics, float, int | None]:
     """Run the trial's steps on ``batches``; returns its metrics, the compile time it paid, and where it aborted.
 
-    Step ``i`` runs the sampled variant when ``i % layer_every == 0`` (so step 0
-    always does) and the lean variant otherwise. A variant's first call in this
+    Step ``i`` is sampled (its per-parameter statistics computed) when
+    ``i % layer_every == 0`` (so step 0 always is). A kind of step's first call in this
     process compiles it: that call is timed on its own, synchronously, and its
     excess over a typical step is the compile time. The per-parameter
     statistics stay on the device until the trial ends and are copied once.

@@ -106,24 +106,43 @@ class TrialQueue:
         """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
 
         FP32 trials that may start go first; within the phase, an own graph's
-        first trial, else the first trial of a graph no actor holds, else the
-        first trial in line of a graph worth compiling once more.
+        first trial, else the first trial of a graph no actor holds. Before it
+        compiles a graph another actor holds, an actor runs the trials that run
+        last on a graph of its own: they cost no compile, and they fill the gap
+        the compile would have filled. Then the first trial in line of a graph
+        worth compiling once more; then, likewise, among the trials that run last.
         """
         first = next((p for p, lines in enumerate(self._lines) if lines), None)
         if first is None:
             return None
-        # an actor with nothing worth compiling in its phase fills in with the trials that run last
-        for phase in (first, 2) if first != 2 else (first,):
-            lines = self._lines[phase]
-            heads = [(line[0][0], graph) for graph, line in lines.items()]
-            mine = [head for head in heads if head[1] in own]
-            unheld = [head for head in heads if not self.holders[head[1]]]
-            if mine or unheld:
-                return self._pop(phase, min(mine or unheld)[1])
-            for _, graph in sorted(heads):
-                if self.costs.worth_compiling(graph, len(lines[graph]), self.holders[graph]):
-                    return self._pop(phase, graph)
-        return None  # the actors holding these graphs will be done sooner than a compile
+        last = len(self._lines) - 1
+        if first == last:
+            return self._held_or_unheld(last, own) or self._worth_compiling(last)
+        return (
+            self._held_or_unheld(first, own)
+            or self._held_or_unheld(last, own, unheld=False)
+            or self._worth_compiling(first)
+            or self._held_or_unheld(last, own)
+            or self._worth_compiling(last)
+        )  # None: the actors holding these graphs will be done sooner than a compile
+
+    def _heads(self, phase: int) -> list[tuple[int, str]]:
+        return [(line[0][0], graph) for graph, line in self._lines[phase].items()]
+
+    def _held_or_unheld(self, phase: int, own: set[str], *, unheld: bool = True) -> TrialConfig | None:
+        """The phase's first trial on a graph in ``own``, else (``unheld``) on a graph no actor holds."""
+        heads = self._heads(phase)
+        pick = [head for head in heads if head[1] in own]
+        if not pick and unheld:
+            pick = [head for head in heads if not self.holders[head[1]]]
+        return self._pop(phase, min(pick)[1]) if pick else None
+
+    def _worth_compiling(self, phase: int) -> TrialConfig | None:
+        """The phase's first trial in line whose graph is worth compiling once more (``GraphCosts``)."""
+        for _, graph in sorted(self._heads(phase)):
+            if self.costs.worth_compiling(graph, len(self._lines[phase][graph]), self.holders[graph]):
+                return self._pop(phase, graph)
+        return None
 
     def _pop(self, phase: int, graph: str) -> TrialConfig:
         lines = self._lines[phase]

@@ -133,3 +133,14 @@ def test_trials_that_only_confirm_an_equivalence_run_last_and_fill_in():
     _held_elsewhere(queue, amp.graph_id)
     queue.costs.record(amp.graph_id, compile_s=3.0, busy_s=3.5)
     assert queue.take({base.graph_id}) is same and queue.take({amp.graph_id}) is amp
+
+
+def test_an_actor_runs_the_last_trials_of_its_own_graph_before_compiling_one_held_elsewhere():
+    base, same, amp, amp2 = _trials(("O0", (), 0), ("O0", ("CustomNorm",), 0), ("O2", (), 0), ("O2", (), 1))
+    queue = TrialQueue([base, amp, amp2, same], run_last={same.trial_id})
+    assert queue.take(set()) is base
+    _held_elsewhere(queue, amp.graph_id)
+    # nothing measured: the O2 graph would be worth compiling, but its own equivalent trial costs no compile
+    assert queue.take({base.graph_id}) is same
+    assert queue.take({base.graph_id}) is amp, "then the compile, with nothing of its own left"
+    assert queue.take({amp.graph_id}) is amp2 and queue.take(set()) is None

@@ -112,7 +112,7 @@ def test_the_golden_trials_cover_clipping_skipping_and_divergence() -> None:
 
 
 def test_each_variant_compiles_once_per_graph() -> None:
-    """Two trials on one cached graph: the first pays both compiles, the second none."""
+    """Two trials on one cached graph: the first pays the compiles (its step, the statistics), the second none."""
     cache = GraphCache()
     config = _trial(steps=30, clip=None)
     first = run_trial(config, config.workload, cache=cache)
