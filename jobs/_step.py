@@ -104,6 +104,25 @@ def scaler_state(loss_scale: str) -> dict[StateKey, np.ndarray]:
 
 
 @functools.cache
+def _gradient_buffers(total: int, n_params: int) -> tuple[Any, Any]:
+    """The device buffers a step leaves its gradients in: flat float32, and per-parameter sums of squares.
+
+    One pair per process and model size, shared by every graph: a worker runs
+    one step at a time and reads a sampled step's statistics before the next
+    step, so the graphs it holds cost one float32 copy of the gradients in all.
+    """
+    import mindspore as ms
+    from mindspore import ops
+    from mindspore.common import dtype as mstype
+
+    grads = ms.Parameter(ops.zeros((total,), mstype.float32), name="ampsweep_grads", requires_grad=False)
+    squares = ms.Parameter(
+        ops.zeros((n_params,), mstype.float32), name="ampsweep_grad_squares", requires_grad=False
+    )
+    return grads, squares
+
+
+@functools.cache
 def _statistics_graph() -> Any:
     """The compiled per-parameter statistics of a sampled step, shared by every graph of the process.
 
@@ -234,13 +253,7 @@ class CompiledStep:
         # statistics (``sampled_vector``): copying them each step costs far less than a
         # second compiled variant of the whole step, which doubled every graph's compile.
         # One flat buffer: an assign per parameter cost seed_repro ~7 % of a step.
-        total = int(sum(self.layer_sizes))
-        grad_buffer = ms.Parameter(
-            ops.zeros((total,), mstype.float32), name="ampsweep_grads", requires_grad=False
-        )
-        squares_buffer = ms.Parameter(
-            ops.zeros((n_params,), mstype.float32), name="ampsweep_grad_squares", requires_grad=False
-        )
+        grad_buffer, squares_buffer = _gradient_buffers(int(sum(self.layer_sizes)), n_params)
 
         def lean_step(clip: Any, *batch: Any) -> Any:
             loss, grads, scale, squares, norm, finite = gradients(clip, *batch)
