@@ -5,7 +5,7 @@ graph named in the request, the same ``jobs._trainer.CompiledStep`` a worker
 builds, times its first call (compile + one step) and then ``steps`` further
 steps on batches converted to Tensors beforehand, synchronising once per block
 of 25 steps as the trainer does; with ``layer_every`` in the request, every
-``layer_every``-th of those steps runs the sampled variant, as in a trial (its
+``layer_every``-th of those steps is sampled, as in a trial (its
 first call, a compile, is left out of the step time). The process pins itself
 to ``CORE``, uses one op thread and launches ops synchronously, as a CPU worker
 does. What comes out per graph: compile seconds
@@ -62,7 +62,7 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
 
     config = _config(graph)
     steps = int(graph["steps"])
-    # a trial runs the sampled variant (per-parameter statistics) on every layer_every-th step
+    # a trial samples the per-parameter statistics on every layer_every-th step
     every = int(graph.get("layer_every") or 0)
     ms.set_seed(0)
     np.random.seed(0)

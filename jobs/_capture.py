@@ -75,7 +75,7 @@ def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
     ``metrics.layer_steps`` names the steps (counted from the trial's start; the
     table holds global steps, ``config.start_step`` added) the rows of ``layer_norm``,
     ``layer_absmax`` and ``layer_nonfinite`` belong to; the trainer runs its
-    sampled variant exactly on ``sampled_steps``.
+    sampled step exactly on ``sampled_steps``.
     """
     steps = np.asarray(metrics.layer_steps, dtype=np.int64)
     params = len(metrics.layer_names)

@@ -126,7 +126,7 @@ def test_each_variant_compiles_once_per_graph() -> None:
 
 
 def test_only_sampled_steps_copy_per_parameter_statistics() -> None:
-    """The lean variant's output holds the four step scalars and nothing per parameter."""
+    """An ordinary step's output holds the four step scalars and nothing per parameter."""
     config = _trial(steps=2, clip=None)
     workload = build_workload(config.workload, 0, {})
     step = CompiledStep(config, workload)

@@ -25,7 +25,7 @@ def _config(clip: float | None, **overrides) -> TrialConfig:
 def _one_step(
     clip: float | None, *, sampled: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, CompiledStep]:
-    """One step of the linear workload, by the sampled variant (with statistics) or the lean one."""
+    """One step of the linear workload, sampled (with statistics) or ordinary."""
     config = _config(clip)
     workload = build_workload(LINEAR, 0, {})
     step = CompiledStep(config, workload)
