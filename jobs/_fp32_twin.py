@@ -38,7 +38,7 @@ def fp32_twin(
     fp32 = _fp32(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
-        replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled)
+        replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs)
         if early is not None:
             replay.close()
             return None  # FP32 itself went non-finite before that step

@@ -156,7 +156,7 @@ def _nonfinite(
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
         prefix = 0
-    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled)
+    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled, graphs)
     if early is not None:  # the prefix diverged earlier than the trial did: look at every step
         replay = _Replay(config, workload_ref, limit)
         prefix = 0

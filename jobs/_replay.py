@@ -20,10 +20,13 @@ from ampsweep.contracts import FP32_LEVEL, saturated
 from ._batches import batch_stream
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._step import CompiledStep, make_scaler, training_state
+from ._starts import start_key
+from ._step import CompiledStep, GraphCache, StateKey, make_scaler, scaler_state, training_state
 from ._trainer import skip_batches, trial_workload
 
 _EPS = 1e-6  # as in the compiled step's clipping factor
+#: A trial's starting values without its loss scaler's (``jobs._starts.TrialStart.state``).
+StartState = dict[StateKey, np.ndarray]
 #: A compiled prefix only pays off past this many steps: compiling a small
 #: network's step costs 1-7 s on CPU, a PyNative step 0.1-0.5 s.
 JIT_PREFIX_MIN_STEPS = 30
@@ -56,20 +59,13 @@ class _Replay:
         from ._loss_cell import cast_for_trial
 
         workload = trial_workload(config, workload_ref)  # a forked trial's replay starts at its snapshot
-        self.config = config
-        self.workload = workload
         self.loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
         self.params = self.optimizer.parameters
         self.scaler = make_scaler(config.loss_scale)
         self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
-        self.batches = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
-        self.probe: CellProbe | None = None
-        self._compiled: Any = None
-        self._clip = ms.Tensor(
-            float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
-        )
+        self._start(config, workload, steps)
         self._one = ms.Tensor(1.0, mstype.float32)
         scaler = self.scaler
 
@@ -78,6 +74,33 @@ class _Replay:
             return scaler.scale(loss) if scaler is not None else loss
 
         self._grad_fn = ms.value_and_grad(forward, None, self.params)
+
+    def _start(self, config: TrialConfig, workload: Any, steps: int) -> None:
+        """What is the trial's own: its config, freshly built workload, batches and clip."""
+        import mindspore as ms
+        from mindspore.common import dtype as mstype
+
+        self.config = config
+        self.workload = workload
+        self.batches = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
+        self.probe: CellProbe | None = None
+        self._compiled: Any = None
+        self._clip = ms.Tensor(
+            float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
+        )
+
+    def restart(self, config: TrialConfig, workload_ref: str, steps: int) -> None:
+        """Turn this replay into one of another trial of the same graph, to be fast-forwarded.
+
+        Only the trial's own parts are new (workload, batches, clip). The
+        network, optimizer and scaler stay, with whatever state they hold:
+        ``fast_forward`` overwrites all of it, so a restarted replay is only
+        ever used after one (``_skip_ahead``). Keeping the optimizer keeps its
+        compiled ``construct`` (MindSpore's optimizers are ``jit`` functions
+        even in PyNative, compiled per instance): about 0.1 s of each
+        diagnosis on one CPU core, and the network's build and cast.
+        """
+        self._start(config, trial_workload(config, workload_ref), steps)
 
     def attach(self, probe: CellProbe) -> CellProbe:
         """Hook every Cell; only after any compiled prefix (hooks are for PyNative)."""
@@ -133,18 +156,23 @@ class _Replay:
         self._compiled = ms.jit(train_step)
         return self._run_compiled(steps)
 
-    def fast_forward(self, compiled: CompiledStep, steps: int) -> int | None:
+    def fast_forward(self, compiled: CompiledStep, steps: int, start: StartState | None = None) -> int | None:
         """Run the next ``steps`` batches with the trial's own compiled graph, then continue here.
 
         The worker compiled that graph for the trial itself, so this costs no
         compile and follows the trial's arithmetic bit for bit; afterwards the
         graph's weights, optimizer slots and loss scale are copied into this
-        replay's PyNative network. Returns the first step whose loss or
+        replay's PyNative network. ``start``: the trial's starting values when
+        the worker keeps them (``jobs._starts``), else read from this replay's
+        freshly built workload. Returns the first step whose loss or
         gradients were non-finite (the replay then cannot start past it), or None.
         """
         if steps <= 0:
             return None
-        compiled.reset(self.config, self.workload)
+        if start is not None:
+            compiled.load({**start, **scaler_state(self.config.loss_scale)})
+        else:
+            compiled.reset(self.config, self.workload)
         early = self._steps_on(compiled, steps)
         if early is None:
             compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
@@ -250,19 +278,51 @@ def _restore_mode(mode: Any) -> None:
         ms.set_context(mode=mode)
 
 
+#: Replays a worker keeps for its next diagnosis (the policy's and its FP32 twin's graph): one
+#: more PyNative copy of the model each, so a few, the most recently used.
+REPLAYS_KEPT = 2
+
+
+def _kept_replay(config: TrialConfig, workload_ref: str, limit: int, graphs: GraphCache) -> _Replay:
+    """The worker's replay of this trial's graph, restarted for this trial, or a new one it keeps."""
+    key = (workload_ref, config.graph_id)
+    replay = graphs.replays.pop(key, None)
+    if replay is None:
+        replay = _Replay(config, workload_ref, limit)
+    else:
+        replay.restart(config, workload_ref, limit)
+    graphs.replays[key] = replay  # the most recently used last
+    while len(graphs.replays) > REPLAYS_KEPT:
+        graphs.replays.pop(next(iter(graphs.replays)))
+    return replay
+
+
 def _skip_ahead(
-    config: TrialConfig, workload_ref: str, limit: int, steps: int, compiled: CompiledStep | None
+    config: TrialConfig,
+    workload_ref: str,
+    limit: int,
+    steps: int,
+    compiled: CompiledStep | None,
+    graphs: GraphCache | None = None,
 ) -> tuple[_Replay, int | None]:
     """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
 
     On the worker's own compiled graph of the trial when there is one (no
-    compile, the trial's arithmetic); otherwise compiled anew.
+    compile, the trial's arithmetic); otherwise compiled anew. With
+    ``graphs``, a replay the worker kept from an earlier diagnosis of the graph
+    is restarted instead of built: the fast-forward gives it the trial's state.
     """
-    replay = _Replay(config, workload_ref, limit)
+    kept = compiled is not None and steps > 0 and graphs is not None
+    replay = (
+        _kept_replay(config, workload_ref, limit, graphs) if kept else _Replay(config, workload_ref, limit)
+    )
     if compiled is not None:
+        known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
         try:
-            return replay, replay.fast_forward(compiled, steps)
+            return replay, replay.fast_forward(compiled, steps, known.state if known is not None else None)
         except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
+            if graphs is not None:
+                graphs.replays.pop((workload_ref, config.graph_id), None)
             replay = _Replay(config, workload_ref, limit)
     return replay, replay.jit_prefix(steps)
 

@@ -358,6 +358,8 @@ class GraphCache:
     def __init__(self) -> None:
         self._steps: dict[tuple[str, str], CompiledStep] = {}
         self.starts = StartCache()
+        #: PyNative replays of a few graphs, kept for the next diagnosis (``jobs._replay``)
+        self.replays: dict[tuple[str, str], Any] = {}
 
     def step_for(
         self, config: TrialConfig, workload_ref: str, workload: Workload
@@ -386,3 +388,4 @@ class GraphCache:
 
     def forget(self, config: TrialConfig, workload_ref: str) -> None:
         self._steps.pop((workload_ref, config.graph_id), None)
+        self.replays.pop((workload_ref, config.graph_id), None)

@@ -202,3 +202,30 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
     finally:
         _restore_mode(mode)
     assert all(np.array_equal(a, b) for a, b in zip(*weights))
+
+
+def test_a_workers_next_diagnosis_of_a_graph_restarts_its_replay_and_finds_the_same():
+    # a kept replay keeps its optimizer's compiled construct; the fast-forward must give it the
+    # new trial's whole state, so what it finds is what a newly built replay finds
+    import re
+
+    from ampsweep.jobs._diagnose import diagnose
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
+
+    graphs = GraphCache()
+    first, second = (_config(MLP, steps=60, abort_after=10, loss_placement="inside", seed=s) for s in (0, 1))
+    results = [run_trial(config, MLP, None, graphs) for config in (first, second)]
+    assert [r.outcome for r in results] == ["diverged", "diverged"]
+    diagnose(results[0], MLP, None, graphs)
+    kept = dict(graphs.replays)
+    assert kept, "the first diagnosis kept no replay"
+    again = _one_row(diagnose(results[1], MLP, None, graphs))
+    assert all(graphs.replays.get(key) is replay for key, replay in kept.items()), "the replay was rebuilt"
+    graphs.replays.clear()
+    fresh = _one_row(diagnose(results[1], MLP, None, graphs))
+
+    def timeless(row: dict) -> dict:
+        return {**row, "note": re.sub(r"replayed on \w+ in [0-9.]+ s", "", row["note"] or "")}
+
+    assert timeless(again) == timeless(fresh)
