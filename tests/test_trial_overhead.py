@@ -113,6 +113,26 @@ def test_a_diverging_trial_from_a_held_start_matches_a_trial_without_cache(build
     _assert_identical(_tables(held), _tables(fresh))
 
 
+def test_a_diverging_trial_trains_no_step_past_its_abort(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once its losses go non-finite, a trial copies them early enough to stop at the abort step."""
+    from ampsweep.jobs._step import CompiledStep
+
+    calls = []
+    step_call = CompiledStep.__call__
+
+    def counted(self: CompiledStep, clip: Any, batch: Any) -> Any:
+        calls.append(1)
+        return step_call(self, clip, batch)
+
+    monkeypatch.setattr(CompiledStep, "__call__", counted)
+    config = _config(black_list=(), loss_scale="none", loss_placement="inside", workload_args={}, steps=120)
+    result = run_trial(config, SEED_REPRO)
+    assert result.outcome.value == "diverged", "the case this test is about"
+    assert result.steps_run < trainer.BLOCK_STEPS * 3, "the abort comes within a few blocks"
+    # the whole block after the first non-finite loss used to run on NaN before the abort was seen
+    assert len(calls) == result.steps_run
+
+
 class _Tensor:
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
