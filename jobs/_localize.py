@@ -51,6 +51,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 from ._config import TrialConfig
 from ._fp32_twin import compare_with_fp32, fp32_twin
 from ._hooks import CellProbe, Event
+from ._inside import replay_inside
 from ._replay import (
     JIT_PREFIX_MIN_STEPS,
     _copy_weights,
@@ -61,7 +62,6 @@ from ._replay import (
     _Replay,
     _restore_mode,
     _skip_ahead,
-    replay_inside,
 )
 
 if TYPE_CHECKING:

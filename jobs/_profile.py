@@ -8,7 +8,7 @@ records, per real Cell:
 
 - the max |x| of its outputs *and* of what the ops inside it computed: while
   a Cell's ``construct`` runs, the ``mindspore.ops`` functions of
-  :data:`~._replay.INNER_OPS` (and the matching ``Tensor`` methods and
+  :data:`~._inside.INNER_OPS` (and the matching ``Tensor`` methods and
   operators) report their output to the innermost Cell running, so a softmax
   whose ``exp`` passes 65504 is seen although its output stays <= 1;
 - the max |x| of the gradients w.r.t. its inputs, and the share of those

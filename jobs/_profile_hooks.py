@@ -20,7 +20,7 @@ import numpy as np
 from ampsweep.contracts import FLOAT16_MAX, FLOAT16_TINY, UNDERFLOW_EVIDENCE
 
 from ._hooks import display_name, float_arrays
-from ._replay import INNER_OPS
+from ._inside import INNER_OPS
 
 #: a value within this factor of float16's maximum counts as an overflow risk
 OVERFLOW_MARGIN = 2.0

@@ -45,7 +45,7 @@ def test_replay_of_the_cell_finds_exp() -> None:
     from mindspore import Tensor
 
     from ampsweep.jobs._hooks import Event, TensorStats
-    from ampsweep.jobs._replay import replay_inside
+    from ampsweep.jobs._inside import replay_inside
     from ampsweep.jobs.workloads.late_softmax import ExpSoftmax
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
