@@ -51,15 +51,15 @@ def _process_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
 
 
-def _workers() -> list[int]:
+def _workers(title: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                title = Path(f"/proc/{entry}/cmdline").read_bytes()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if title.startswith(WORKER_TITLE.encode()):
+            if cmdline.startswith(title.encode()):
                 found.append(int(entry))
     return found
 
@@ -67,13 +67,15 @@ def _workers() -> list[int]:
 class CpuBeside:
     """Samples the machine's busy CPU and the sweep workers' CPU every ``interval`` seconds on a thread.
 
+    A worker is a process whose command line starts with ``title``.
     ``with CpuBeside(workers) as cpu: ...`` then ``cpu.between(start, end)`` (wall-clock
     ``time.time()`` stamps, such as a sweep's first trial start and last trial
     end) interpolates between samples.
     """
 
-    def __init__(self, workers: int, interval: float = 0.5) -> None:
+    def __init__(self, workers: int, interval: float = 0.5, title: str = WORKER_TITLE) -> None:
         self.workers = workers
+        self.title = title
         self.interval = interval
         self.available = Path("/proc/stat").exists()
         self._samples: list[tuple[float, float, float, float]] = []  # (time, busy, steal, workers)
@@ -98,7 +100,7 @@ class CpuBeside:
             # a worker's CPU counts from its first sighting: look every time until all are seen (before
             # their first trial), then now and then for a restarted one
             if len(self._seen) < self.workers or now - last_scan > 2.0:
-                for pid in _workers():
+                for pid in _workers(self.title):
                     self._seen.setdefault(pid, 0.0)
                 last_scan = now
             self._sample(now)
