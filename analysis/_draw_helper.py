@@ -44,8 +44,6 @@ def _leave_with_parent(parent: int) -> None:
 
 def _serve(connection: Any, parent: int) -> None:
     """The helper's body: load matplotlib, then draw each request in order until told to stop."""
-    # Ctrl-C reaches the whole process group: the driver handles it, the helper must not print
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_leave_with_parent, args=(parent,), name="ampsweep-parent", daemon=True).start()
     with _idle_priority():
         from ._plot import warm_up
@@ -111,10 +109,17 @@ class DrawHelper:
         context = multiprocessing.get_context("fork")
         here, there = context.Pipe()
         process = context.Process(target=_serve, args=(there, os.getpid()), name="ampsweep-draw", daemon=True)
+        # The child starts with Ctrl-C ignored (it reaches the whole process group; the driver
+        # handles it) and SIGTERM at its default: the driver's handler turns SIGTERM into
+        # KeyboardInterrupt, which would print a traceback when the driver's exit terminates it.
+        handlers = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, signal.SIG_DFL)
         try:
             process.start()
         except OSError:
             return None
+        finally:
+            signal.signal(signal.SIGINT, handlers[0])
+            signal.signal(signal.SIGTERM, handlers[1])
         there.close()
         return cls(process, here)
 

@@ -8,6 +8,7 @@ The driver uses only the names exported here.
 from __future__ import annotations
 
 from ._amp import known_layer_types, network_cell_types
+from ._baseline import Hint, PendingBaseline
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
 from ._profile import CellProfile, Profile, profile
@@ -20,7 +21,9 @@ from ._workload import Workload, WorkloadError, build_workload, load_factory, re
 __all__ = [
     "CellProfile",
     "DeviceSetup",
+    "Hint",
     "Outcome",
+    "PendingBaseline",
     "Placement",
     "Profile",
     "TrialConfig",

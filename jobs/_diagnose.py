@@ -27,13 +27,14 @@ from ampsweep.contracts import (
     trial_verdict,
 )
 
+from ._baseline import Hint, baseline_loss
 from ._result import Outcome, TrialResult
 
 if TYPE_CHECKING:
     from ._step import GraphCache
 
 
-def localize_mode(result: TrialResult, fp32_final_loss: float | None) -> tuple[str, int | None] | None:
+def localize_mode(result: TrialResult, fp32_final_loss: Hint) -> tuple[str, int | None] | None:
     """``(mode, until_step)`` for the replay this trial needs, or None."""
     if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
         return None
@@ -50,14 +51,17 @@ def localize_mode(result: TrialResult, fp32_final_loss: float | None) -> tuple[s
     return None
 
 
-def _silent(result: TrialResult, fp32_final_loss: float | None) -> bool:
+def _silent(result: TrialResult, hint: Hint) -> bool:
     """Whether the trial is a silent failure by the contracts' verdict, as far as the worker can tell.
 
     The worker knows its seed's FP32 final loss, not FP32's whole curve, so
     it assumes FP32 reached its target: a trial that stays above the target
     is then replayed. An extra replay costs seconds; a missed one leaves the
     search with no Cell to black-list. The report's verdict is the analysis'.
+    Only here, for a trial that stayed finite, does a baseline that still runs
+    elsewhere have to be waited for.
     """
+    fp32_final_loss = baseline_loss(hint)
     if fp32_final_loss is None:
         return False
     target = result.target_loss if result.target_loss is not None else TARGET_FROM_FP32 * fp32_final_loss
@@ -70,7 +74,7 @@ def _silent(result: TrialResult, fp32_final_loss: float | None) -> bool:
 def diagnose(
     result: TrialResult,
     workload_ref: str,
-    fp32_final_loss: float | None,
+    fp32_final_loss: Hint,
     graphs: GraphCache | None = None,
 ) -> pa.Table:
     """The ``anomalies`` table of one finished trial: zero or one row.

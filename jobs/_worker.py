@@ -17,6 +17,7 @@ from typing import Any
 
 from ampsweep.contracts import parse_reference
 
+from ._baseline import Hint
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement, overflow_mode
 from ._profile import Profile
@@ -62,13 +63,14 @@ class TrialWorker:
         self,
         config: TrialConfig,
         workload_ref: str,
-        fp32_final_loss: float | None = None,
+        fp32_final_loss: Hint = None,
         start: bytes | None = None,
     ) -> TrialResult:
         """Train one trial; then, if it broke, replay it to name the Cell that did.
 
         ``fp32_final_loss`` is the final loss of the FP32 baseline with the
-        same seed, when the driver has it: it tells a silent failure (finite,
+        same seed, when the driver has it, or the baseline still running on
+        another actor (``PendingBaseline``): it tells a silent failure (finite,
         but far worse than FP32) from a healthy trial. ``start`` is the
         snapshot a forked trial starts from (checkpoint bytes).
         """

@@ -2,19 +2,31 @@
 
 Handed to the actor with each trial, so a trial that stays finite but learns
 far worse than its FP32 baseline (a silent float16 failure) is localized too.
+While a seed's baseline still runs, a trial may be sent with that running
+call instead (``PendingBaseline``): the worker waits for it only at the
+trial's end, so an idle actor need not hold back a mixed-precision graph
+until the FP32 trials are done.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import TrialConfig
+from ampsweep.jobs import Hint, PendingBaseline, TrialConfig
+
+if TYPE_CHECKING:
+    from ._slot import Slot
 
 
 class Baselines:
-    """FP32 final losses by seed, so an actor can tell a silent failure from a healthy trial."""
+    """FP32 final losses by seed, and the FP32 calls running now, so an actor can tell a silent
+    failure from a healthy trial."""
 
     def __init__(self) -> None:
         self._by_seed: dict[int, list[tuple[TrialConfig, float]]] = {}
+        #: seed -> {call: its slot} of FP32 trials sent to an actor and not answered yet, oldest first
+        self._sent: dict[int, dict[Any, Slot]] = {}
 
     def add(self, config: TrialConfig, final_loss: float | None) -> None:
         if config.amp_level == FP32_LEVEL and final_loss is not None:
@@ -27,3 +39,27 @@ class Baselines:
             if baseline.clip == config.clip and baseline.loss_scale == config.loss_scale:
                 return loss
         return candidates[0][1] if candidates else None
+
+    def sent(self, config: TrialConfig, call: Any, slot: Slot) -> None:
+        """A trial went to ``slot``'s actor as ``call``."""
+        if config.amp_level == FP32_LEVEL:
+            self._sent.setdefault(config.seed, {})[call] = slot
+
+    def answered(self, config: TrialConfig, call: Any) -> None:
+        """``call`` is no longer in flight (done, failed, or its actor died)."""
+        self._sent.get(config.seed, {}).pop(call, None)
+
+    def hint(self, config: TrialConfig) -> Hint:
+        """What ``config`` is sent with: its baseline's final loss, else a baseline an actor runs now.
+
+        Only a call its actor runs now (not one queued behind another) is
+        handed out: an FP32 trial waits for nothing, so a trial waiting for it
+        can never close a circle of actors waiting for each other.
+        """
+        if config.amp_level == FP32_LEVEL:
+            return None
+        known = self.for_trial(config)
+        if known is not None:
+            return known
+        call = next((c for c, slot in self._sent.get(config.seed, {}).items() if slot.runs(c)), None)
+        return None if call is None else PendingBaseline([call])

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import Outcome, Placement, TrialConfig, TrialResult
+from ampsweep.jobs import Hint, Outcome, Placement, TrialConfig, TrialResult
 
 from ._actors import Actors, RayActors, TailCall
 from ._baselines import Baselines
@@ -134,16 +134,17 @@ class Dispatcher:
             self.actors.kill(slot.actor)
 
     # trials ---------------------------------------------------------------
-    def _take_for(self, slot: Slot) -> TrialConfig | None:
-        config = self.queue.take(slot.graphs)
+    def _take_for(self, slot: Slot) -> tuple[TrialConfig, Hint] | None:
+        config = self.queue.take(slot.graphs, lambda queued: self.baselines.hint(queued) is not None)
         if config is None:
             return None  # every queued trial waits for a snapshot; a finished prefix dispatches again
-        if slot.calls and config.amp_level != FP32_LEVEL and self.baselines.for_trial(config) is None:
+        hint = self.baselines.hint(config)
+        if slot.calls and config.amp_level != FP32_LEVEL and hint is None:
             # a queued call gets its hint now: wait for the seed's FP32 result rather than send none
             self.queue.untake()
             return None
         self.queue.hold(slot.graphs, config.graph_id)
-        return config
+        return config, hint
 
     def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
         """Give ``slot`` trials until it holds ``depth``; one while the queue is short: the last
@@ -162,14 +163,16 @@ class Dispatcher:
             if slot.ready and self._tail_due():  # before the trials that run last: they fill in beside it
                 self._send_tail(slot)
                 continue
-            config = self._take_for(slot)
-            if config is None:
+            taken = self._take_for(slot)
+            if taken is None:
                 break
+            config, hint = taken
             self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
-            hint = self.baselines.for_trial(config) if config.amp_level != FP32_LEVEL else None
             start = self.forks.snapshot_for(config) if self.forks else None
             call = self.actors.run(slot.actor, config, self.options.workload_ref, hint, start)
             self.in_flight[call] = (slot, slot.actor, config)
+            if self.forks is None or not self.forks.is_prefix(config):
+                self.baselines.sent(config, call, slot)
             if not slot.calls:
                 self._running += 1
             slot.calls.append(call)
@@ -309,7 +312,8 @@ class Dispatcher:
 
     def _trial_answered(self, call: Any, answer: Future[Any]) -> None:
         slot, actor, config = self.in_flight.pop(call)
-        started = (bool(slot.calls) and slot.calls[0] is call) or call in self._lost  # the oldest ran
+        self.baselines.answered(config, call)
+        started = slot.runs(call) or call in self._lost  # the oldest ran
         self._lost.discard(call)
         self._answered(slot, call)
         try:

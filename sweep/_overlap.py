@@ -14,6 +14,7 @@ thread while ``ray.init`` runs on the main one (``sweep._early``).
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from typing import TypeVar
@@ -47,9 +48,18 @@ def _beside(work: Callable[[], T], main: Callable[[], None]) -> T:
 
 
 def while_ray_stops(work: Callable[[], T]) -> T:
-    """Run ``work`` (the report) while this process's Ray shuts down; return its value."""
+    """Run ``work`` (the report) while this process's Ray shuts down; return its value.
+
+    Garbage that still holds Ray objects is collected first, while Ray runs.
+    A dead actor's error keeps its handle and its calls' references in a
+    cycle of exception, traceback and frames; collected during or after the
+    shutdown (in whichever thread allocates next), releasing one of them
+    reached a core worker that was gone, and Ray ended the process with exit
+    code 1 before the report was written (2 runs in 10 with a killed worker).
+    """
     import ray
 
     if not ray.is_initialized():
         return work()
+    gc.collect()
     return _beside(work, ray.shutdown)

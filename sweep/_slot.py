@@ -27,3 +27,7 @@ class Slot:
     @property
     def busy(self) -> bool:
         return bool(self.calls)
+
+    def runs(self, call: Any) -> bool:
+        """Whether the actor runs ``call`` now: the oldest call it has not answered."""
+        return bool(self.calls) and self.calls[0] is call

@@ -1,0 +1,60 @@
+"""A mixed-precision trial may start while its FP32 baseline still runs on another actor.
+
+The worker needs the baseline only at the trial's end (to tell a silent
+failure from a healthy trial), so the driver hands it the running baseline's
+call (``PendingBaseline``) and the worker waits for it there.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from ampsweep.jobs import PendingBaseline
+from ampsweep.sweep._baselines import Baselines
+from ampsweep.sweep._slot import Slot
+from tests._trial import trial_config
+
+
+def _slot(*calls: object) -> Slot:
+    return Slot(backend=None, index=0, ordinal=0, calls=deque(calls))  # type: ignore[arg-type]
+
+
+def test_a_trial_gets_the_baseline_its_actor_runs_now_and_never_one_queued_behind_another():
+    baselines = Baselines()
+    fp32, amp = trial_config(amp_level="O0", seed=0), trial_config(amp_level="O2", seed=0)
+    queued = _slot("other call", "queued fp32")
+    baselines.sent(fp32, "queued fp32", queued)
+    assert baselines.hint(amp) is None, "behind another call it could wait on anything"
+    running = _slot("running fp32")
+    baselines.sent(fp32, "running fp32", running)
+    assert baselines.hint(amp) == PendingBaseline(["running fp32"])
+    assert baselines.hint(fp32) is None, "an FP32 trial is judged by nothing"
+    assert baselines.hint(trial_config(amp_level="O2", seed=1)) is None, "another seed's baseline"
+    baselines.answered(fp32, "running fp32")
+    assert baselines.hint(amp) is None
+    baselines.add(fp32, 0.25)
+    assert baselines.hint(amp) == 0.25, "a known final loss goes as a number"
+
+
+@pytest.mark.slow
+def test_a_silent_trial_started_beside_its_running_baseline_is_still_localized(tmp_path):
+    import pyarrow.parquet as pq
+
+    from ampsweep.sweep import RunConfig, Sweep
+
+    spec = {
+        "name": "beside",
+        "workload": "ampsweep.jobs.workloads.silent_norm:make",
+        "steps": 200,
+        "grid": {"amp_level": ["O0", "O2"], "seed": [0]},
+    }
+    Sweep(spec).run(tmp_path, RunConfig(workers=2, progress=False))
+    trials = {row["amp_level"]: row for row in pq.read_table(tmp_path / "beside" / "trials").to_pylist()}
+    fp32, amp = trials["O0"], trials["O2"]
+    # both actors start together: the FP32 trial goes to one, the O2 trial to the other with the
+    # baseline still running (before, it went with no baseline at all, and nothing was replayed)
+    assert amp["worker_index"] != fp32["worker_index"], "the second actor compiled the O2 graph"
+    anomalies = pq.read_table(tmp_path / "beside" / "anomalies").to_pylist()
+    assert [row["trial_id"] for row in anomalies] == [amp["trial_id"]], "its silent failure was replayed"
