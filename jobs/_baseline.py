@@ -1,12 +1,12 @@
 """The FP32 final loss a mixed-precision trial is judged against, known at dispatch or still running.
 
 The worker needs its seed's FP32 final loss only at the trial's end, to tell
-a silent failure (finite, but far worse than FP32) from a healthy trial. So
-the driver need not hold a trial back until its baseline is done: it may send
-a reference to the baseline that another actor runs at that moment, and the
-worker waits for it only if the trial ends finite. That lets a second actor
-compile a mixed-precision graph at the start of a sweep instead of a second
-copy of the FP32 graph.
+a silent failure (finite, but far worse than FP32) from a healthy trial. A
+trial handed out while its baseline still runs (a sweep with more actors
+than FP32 trials) used to go without one, and its silent failure was never
+replayed; now the driver sends a reference to the baseline that another
+actor runs at that moment, and the worker waits for it only if the trial
+ends finite.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Handed to the actor with each trial, so a trial that stays finite but learns
 far worse than its FP32 baseline (a silent float16 failure) is localized too.
-While a seed's baseline still runs, a trial may be sent with that running
-call instead (``PendingBaseline``): the worker waits for it only at the
-trial's end, so an idle actor need not hold back a mixed-precision graph
-until the FP32 trials are done.
+While a seed's baseline still runs, a trial is sent with that running call
+instead (``PendingBaseline``): the worker waits for it only at the trial's
+end, so neither the trial nor its silent-failure check waits for the FP32
+trials to be done.
 """
 
 from __future__ import annotations

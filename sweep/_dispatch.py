@@ -135,7 +135,7 @@ class Dispatcher:
 
     # trials ---------------------------------------------------------------
     def _take_for(self, slot: Slot) -> tuple[TrialConfig, Hint] | None:
-        config = self.queue.take(slot.graphs, lambda queued: self.baselines.hint(queued) is not None)
+        config = self.queue.take(slot.graphs)
         if config is None:
             return None  # every queued trial waits for a snapshot; a finished prefix dispatches again
         hint = self.baselines.hint(config)

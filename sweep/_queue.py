@@ -6,12 +6,7 @@ compiled by as few actors as possible); else the first trial in line whose
 graph is worth compiling once more (``GraphCosts``: near the end, the actors
 that hold it may finish its trials before a new compile would be done; the
 actor then waits). FP32 trials go before mixed-precision ones, so every
-seed's baseline is known early and a broken workload shows at once; but an
-actor that would compile a second copy of an FP32 graph compiles a
-mixed-precision graph nobody holds instead, when that trial's baseline is
-known or running on another actor (the worker waits for it at the trial's
-end, ``jobs.PendingBaseline``): a compile is seconds, and the FP32 graph's
-holder runs its trials meanwhile. Trials
+seed's baseline is known early and a broken workload shows at once; trials
 that only confirm an equivalence (``run_last``: the same computation as
 another trial) go after both, where they fill the gaps at the end. A forked
 trial waits until its snapshot exists and is not in line before that.
@@ -28,7 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig
@@ -107,18 +102,15 @@ class TrialQueue:
             line.append(entry)
             lines[entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
 
-    def take(self, own: set[str], judged: Callable[[TrialConfig], bool] | None = None) -> TrialConfig | None:
+    def take(self, own: set[str]) -> TrialConfig | None:
         """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
 
         FP32 trials that may start go first; within the phase, an own graph's
         first trial, else the first trial of a graph no actor holds. Before it
         compiles a graph another actor holds, an actor runs the trials that run
         last on a graph of its own: they cost no compile, and they fill the gap
-        the compile would have filled. While FP32 trials are in line, it then
-        rather compiles a mixed-precision graph no actor holds than a second
-        copy of an FP32 graph, if that graph's next trial can be ``judged``
-        (its baseline is known or running). Then the first trial in line of a
-        graph worth compiling once more; then, likewise, among the trials that run last.
+        the compile would have filled. Then the first trial in line of a graph
+        worth compiling once more; then, likewise, among the trials that run last.
         """
         first = next((p for p, lines in enumerate(self._lines) if lines), None)
         if first is None:
@@ -129,7 +121,6 @@ class TrialQueue:
         return (
             self._held_or_unheld(first, own)
             or self._held_or_unheld(last, own, unheld=False)
-            or (self._unheld_mixed(judged) if first == 0 and judged is not None else None)
             or self._worth_compiling(first)
             or self._held_or_unheld(last, own)
             or self._worth_compiling(last)
@@ -145,12 +136,6 @@ class TrialQueue:
         if not pick and unheld:
             pick = [head for head in heads if not self.holders[head[1]]]
         return self._pop(phase, min(pick)[1]) if pick else None
-
-    def _unheld_mixed(self, judged: Callable[[TrialConfig], bool]) -> TrialConfig | None:
-        """The first mixed-precision trial in line on a graph no actor holds, if it can be ``judged``."""
-        heads = sorted(h for h in self._heads(1) if not self.holders[h[1]])
-        pick = next((graph for _, graph in heads if judged(self._lines[1][graph][0][1])), None)
-        return self._pop(1, pick) if pick is not None else None
 
     def _worth_compiling(self, phase: int) -> TrialConfig | None:
         """The phase's first trial in line whose graph is worth compiling once more (``GraphCosts``)."""

@@ -144,12 +144,3 @@ def test_an_actor_runs_the_last_trials_of_its_own_graph_before_compiling_one_hel
     assert queue.take({base.graph_id}) is same
     assert queue.take({base.graph_id}) is amp, "then the compile, with nothing of its own left"
     assert queue.take({amp.graph_id}) is amp2 and queue.take(set()) is None
-
-
-def test_rather_than_a_second_fp32_copy_an_actor_compiles_a_mixed_graph_whose_baseline_runs():
-    base0, base1, amp0, amp1 = _trials(("O0", (), 0), ("O0", (), 1), ("O2", (), 0), ("O2", (), 1))
-    queue = TrialQueue([base0, base1, amp0, amp1])
-    _held_elsewhere(queue, base0.graph_id)  # another actor runs seed 0's baseline
-    assert queue.take(set(), judged=lambda config: config.seed == 0) is amp0
-    # nothing to judge the next one by: the FP32 graph is worth a second copy after all
-    assert queue.take(set(), judged=lambda config: False) is base0
