@@ -12,7 +12,14 @@ the driver's Parquet commit, progress.
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Any
+
+#: ``<folder>:<actors>``: every actor's first trial waits until that many actors have started
+BARRIER_ENV = "AMPSWEEP_BENCH_ACTOR_BARRIER"
+BARRIER_TIMEOUT_S = 900.0
 
 
 def _one_step_table() -> Any:
@@ -41,6 +48,19 @@ class NoopTrialWorker:
         self.target = getattr(setup, "mindspore_target", "CPU")
         self.steps = _one_step_table()
         self.calls = 0
+        self.barrier = os.environ.get(BARRIER_ENV)
+        if self.barrier:
+            folder, _ = self.barrier.rsplit(":", 1)
+            (Path(folder) / str(os.getpid())).touch()
+
+    def _wait_for_all_actors(self) -> None:
+        """Hold the first trial until every actor has started, so that no trial is timed while
+        other actors still start (on 2 cores, 128 starting Python processes would be measured)."""
+        folder, actors = self.barrier.rsplit(":", 1)  # type: ignore[union-attr]
+        deadline = time.monotonic() + BARRIER_TIMEOUT_S
+        while len(os.listdir(folder)) < int(actors) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.barrier = None
 
     def info(self) -> dict[str, Any]:
         import os
@@ -50,6 +70,8 @@ class NoopTrialWorker:
     def run(self, config: Any, *args: Any, **kwargs: Any) -> Any:
         from ampsweep.jobs import Outcome, Placement, TrialResult
 
+        if self.barrier:
+            self._wait_for_all_actors()
         self.calls += 1
         placement = Placement(self.kind, self.target, worker_index=self.worker_index)
         return TrialResult(

@@ -24,6 +24,7 @@ launcher on one worker, median of its ``steps.step_ms``.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -188,6 +189,8 @@ def run_local(tiny: bool = False) -> str:
 
 SCALE_POINTS = ((2, 8), (2, 32), (2, 64))  # nodes x fake NPUs: 16, 64 and 128 devices
 SCALE_TRIALS = 1500
+#: runs of each point, interleaved (16, 64, 128, 16, ...); the least disturbed one is reported
+SCALE_REPEATS = 2
 #: simulated devices for the driver loop alone, and trials beyond the first wave at each
 LOOP_DEVICES = (1_000, 10_000)
 LOOP_EXTRA_TRIALS = 8_000
@@ -275,6 +278,13 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
     same constructor and ``run`` arguments, no MindSpore, an immediate one-step
     result), because 128 MindSpore processes on a 2-core machine would measure the
     machine. Commit times are recorded in the driver around ``SweepStore.commit``.
+
+    Every actor holds its first trial until all of them have started (the
+    barrier folder). Starting 128 actor processes takes this machine a minute
+    or more; without the barrier the first actors up ran most of the trials
+    while the rest were still starting, and the "sustained" figures measured
+    that start-up (the driver's CPU per trial at 128 devices came out 1.2× to
+    2× its value at 16 from run to run).
     """
     import ray
     from ray.cluster_utils import Cluster
@@ -282,8 +292,10 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
     from ampsweep.jobs import TrialWorker as real_worker
     from ampsweep.sweep import SweepStore
 
-    from ._noop_actor import NoopTrialWorker
+    from ._noop_actor import BARRIER_ENV, NoopTrialWorker
 
+    barrier = Path(tempfile.mkdtemp(prefix="started-", dir=tmp))
+    os.environ[BARRIER_ENV] = f"{barrier}:{nodes * per_node}"  # the cluster's processes inherit it
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"NPU": per_node}})
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1, resources={"NPU": per_node})
@@ -311,9 +323,10 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
             module.TrialWorker = real_worker
         ray.shutdown()
         cluster.shutdown()
+        os.environ.pop(BARRIER_ENV, None)
     if result.ran != trials or len(clock.wall) != trials:
         raise RuntimeError(f"dispatch sweep ran {result.ran} of {trials} trials ({result.outcomes})")
-    # steady state: after every actor has answered twice (actor start-up is not dispatch)
+    # steady state: after the first two waves (every actor started before the first)
     warm = min(2 * devices, trials // 2)
     return {"nodes": nodes, "devices": devices, "trials": trials, "wall_s": wall, **clock.sustained(warm)}
 
@@ -380,6 +393,17 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     }
 
 
+def _least_disturbed(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of one point whose driver spent the least CPU per trial, with every run's figure.
+
+    The machine is shared: another process's bursts only add to the driver's CPU
+    time per trial (cold caches, time-slicing), never take from it, so the
+    lesser figure is the closer one to the driver's own cost.
+    """
+    best = min(runs, key=lambda run: run["driver_ms_per_trial"])
+    return {**best, "runs_driver_ms_per_trial": [run["driver_ms_per_trial"] for run in runs]}
+
+
 def _flatness(points: list[dict[str, Any]], key: str) -> float:
     """ms per trial at the most devices over ms per trial at the fewest."""
     return points[-1][key] / points[0][key]
@@ -390,11 +414,16 @@ def run_scale(tiny: bool = False) -> str:
     trials = 40 if tiny else SCALE_TRIALS
     loop_devices = (20, 50) if tiny else LOOP_DEVICES
     extra = 60 if tiny else LOOP_EXTRA_TRIALS
-    dispatch, loop = [], []
+    loop = []
     with tempfile.TemporaryDirectory(prefix="ampsweep-bench-dispatch-") as tmp:
-        for nodes, per_node in scale_points:
-            _log(f"dispatch: {trials} no-op trials on {nodes} nodes x {per_node} fake NPUs")
-            dispatch.append(_dispatch_rate(nodes, per_node, trials, tmp))
+        runs: list[list[dict[str, Any]]] = [[] for _ in scale_points]
+        for repeat in range(1 if tiny else SCALE_REPEATS):
+            for point, (nodes, per_node) in enumerate(scale_points):
+                _log(
+                    f"dispatch, run {repeat + 1}: {trials} no-op trials on {nodes} nodes x {per_node} fake NPUs"
+                )
+                runs[point].append(_dispatch_rate(nodes, per_node, trials, tmp))
+        dispatch = [_least_disturbed(point_runs) for point_runs in runs]
         for devices in loop_devices:
             n = 2 * devices + extra
             _log(f"driver loop: {n} trials on {devices:,} simulated devices, in-process stand-in for Ray")
@@ -416,7 +445,16 @@ def run_scale(tiny: bool = False) -> str:
             "measured_at": now_utc(),
             "load_average": load_average(),
             "dispatch": [
-                {k: p[k] for k in (*keys, "driver_loop_thread_ms_per_trial", "nodes", "wall_s")}
+                {
+                    k: p[k]
+                    for k in (
+                        *keys,
+                        "driver_loop_thread_ms_per_trial",
+                        "nodes",
+                        "wall_s",
+                        "runs_driver_ms_per_trial",
+                    )
+                }
                 for p in dispatch
             ],
             "driver_loop": [{k: p[k] for k in (*keys, "wall_s")} for p in loop],
@@ -432,15 +470,17 @@ def run_scale(tiny: bool = False) -> str:
         RESULTS_JSON.write_text(json.dumps(figures, indent=2) + "\n")
     table = [
         "| nodes × fake NPUs | devices | no-op trials | wall s (incl. actor start) | sustained trials/s "
-        "| wall ms per trial | **driver ms per trial** (driver CPU) | … of it on the driver loop's thread "
-        "| machine CPUs busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| wall ms per trial | **driver ms per trial** (driver CPU) | … every run | … of it on the driver "
+        "loop's thread | machine CPUs busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in dispatch:
         table.append(
             f"| {p['nodes']} × {p['devices'] // p['nodes']} | {p['devices']} | {p['trials']} | "
             f"{p['wall_s']:.1f} | {p['trials_per_s']:.0f} | {p['wall_ms_per_trial']:.2f} | "
-            f"**{p['driver_ms_per_trial']:.2f}** | {p['driver_loop_thread_ms_per_trial']:.2f} | "
+            f"**{p['driver_ms_per_trial']:.2f}** | "
+            f"{', '.join(f'{ms:.2f}' for ms in p['runs_driver_ms_per_trial'])} | "
+            f"{p['driver_loop_thread_ms_per_trial']:.2f} | "
             f"{p['machine_busy']:.0%} |"
         )
     loop_table = [
@@ -461,10 +501,13 @@ def run_scale(tiny: bool = False) -> str:
         "with fake `NPU` resources, one actor per fake device. The actors are `benchmarks/_noop_actor.py`: "
         "`TrialWorker`'s constructor and `run` arguments, no MindSpore, an immediate one-step `completed` "
         "result, so everything measured is the launcher's: dispatch, completions, result transfer, the "
-        "driver's Parquet commit. Sustained: the commits after every actor has answered twice, over the "
-        "time they took (driver-side stamps around `SweepStore.commit`); driver CPU is the driver "
-        "process's CPU time over the same commits (Ray's threads in the driver included). All of it "
-        "shares this machine's 2 cores with every actor process, raylet and GCS.",
+        "driver's Parquet commit. Every actor holds its first trial until all of them have started, so no "
+        "figure includes the start of the other actor processes. Sustained: the commits after the first "
+        "two waves, over the time they took (driver-side stamps around `SweepStore.commit`); driver CPU "
+        "is the driver process's CPU time over the same commits (Ray's threads in the driver included). "
+        "All of it shares this machine's 2 cores with every actor process, raylet and GCS. Each point "
+        f"ran {SCALE_REPEATS} times, interleaved with the others; the table shows the run whose driver "
+        "spent the least CPU per trial (the machine's other load only adds to it), and every run's figure.",
         "",
         *table,
         "",
