@@ -316,7 +316,8 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
             "grid": {"amp_level": ["O0"], "clip": [None], "seed": list(range(trials))},
             "devices": "ascend",
         }
-        wall, result = _sweep(raw, tmp, workers=None, devices="ascend")
+        out = tempfile.mkdtemp(prefix="out-", dir=tmp)  # a second run of a point must not resume the first
+        wall, result = _sweep(raw, out, workers=None, devices="ascend")
     finally:
         SweepStore.commit = original_commit
         for module in patched:
