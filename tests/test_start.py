@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import pytest
 
 from ampsweep.sweep import RunConfig, SpecError
@@ -36,3 +40,17 @@ def test_a_bad_workload_stops_the_started_cluster_and_skips_the_work_given_for_t
     assert calls == []
     assert not ray.is_initialized()
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_the_check_gives_way_to_ray_start_and_the_driver_thread_keeps_its_priority(write_spec, tmp_path):
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    seen: list[int] = []
+    before = own_nice()
+    validate_while_ray_starts(
+        write_spec(), RunConfig(workers=1), str(tmp_path / "out"), lambda: seen.append(own_nice())
+    )
+    assert seen == [19]
+    assert own_nice() == before
