@@ -81,12 +81,13 @@ def _yield_to_ray_start() -> None:
     workload check finished well before it; at equal priority the check took
     CPU from Ray's processes on a 2-core machine and made ``ray.init`` longer.
     Niced, it runs in the moments Ray's start waits, and is still done first:
-    on ``bench_vs_tune``'s grid, 3 interleaved runs each, ``ray.init`` took
-    3.6-3.7 s instead of 4.4-5.4 s and the first trial started at 5.7-5.9 s
-    instead of 6.4-7.5 s. Linux applies nice per thread; threads this one
-    starts (numpy's BLAS server, pyarrow's allocator) inherit it, and the
-    driver gives them no heavy work. Lowering one's own priority needs no
-    privilege.
+    on ``bench_vs_tune``'s grid, 4 interleaved runs each, ``ray.init`` took
+    3.5-4.0 s instead of 4.8-5.3 s and the first trial started at 6.0-6.6 s
+    instead of 6.9-7.8 s. The price: a workload whose build outlasts Ray's
+    start ends its check later, behind Ray's prestarted workers. Linux
+    applies nice per thread; the threads this one starts (numpy's BLAS server,
+    pyarrow's allocator) inherit it, and the driver gives them no heavy work.
+    Lowering one's own priority needs no privilege, raising it back does.
     """
     if not sys.platform.startswith("linux"):  # elsewhere the id would name a process, not this thread
         return
