@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import ROOT, child_env, log, mb, run_cli, verdict
+from ._machine import wait_for_quiet
 
 NAME = "bench_vs_tune"
 WORKLOAD = Path(__file__).resolve().with_name("mlp_workload.py")
@@ -297,6 +298,9 @@ def run(tiny: bool = False) -> str:
             sides = ("ampsweep", "tune") if index % 2 == 0 else ("tune", "ampsweep")
             got: dict[str, Any] = {}
             for side in sides:
+                # the other side's Ray processes may still wind down: each side starts on quiet CPUs
+                waited, _ = wait_for_quiet()
+                log(NAME, f"waited {waited:.0f} s for quiet CPUs")
                 if side == "ampsweep":
                     log(NAME, f"round {index + 1}, ampsweep: {n_trials} trials x {size['steps']} steps")
                     got[side] = run_cli(_spec(size), tmp / f"ampsweep-{index}", WORKERS)
@@ -402,7 +406,8 @@ def _section(
         "MindSpore with the same AMP casting, global-norm clipping and abort rule, `tune.report` every "
         "step with the steps table's content, one op thread per trial. Both wall times run from starting "
         f"the child to its exit. The two alternate over {len(rounds)} round(s), the order reversed every "
-        "round; the speed figure is Σ Tune / Σ ampsweep over the rounds.",
+        "round, each side started once the CPUs were quiet (the other side's Ray processes wind down "
+        "after its exit); the speed figure is Σ Tune / Σ ampsweep over the rounds.",
         "",
         *_rounds_table(rounds),
         "",
