@@ -47,7 +47,7 @@ TARGET_SPEEDUP = 5.0
 TARGET_BYTES = 8.0
 WORKERS = 2
 #: ampsweep and Tune alternate, the order reversed every round: this machine's speed drifts within
-#: minutes (Tune's own wall time spread 68-97 s over runs of one day), and a single back-to-back pair
+#: minutes (Tune's own wall time spread 68-99 s over runs of one day), and a single back-to-back pair
 #: put the whole drift into the ratio
 ROUNDS = 2
 ABORT_AFTER = 10
