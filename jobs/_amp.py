@@ -62,10 +62,30 @@ def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> 
     # O1's rewrite puts the network's source folder on sys.path and leaves it there: a
     # later ``import mindcv`` in this process would find jobs/workloads/mindcv.py instead
     path_before = list(sys.path)
+    names_before = {id(param): param.name for param in cell.get_parameters()}
     try:
-        return _cast(cell, level, black_list, getattr(mstype, dtype))
+        cast = _cast(cell, level, black_list, getattr(mstype, dtype))
     finally:
         sys.path[:] = path_before
+    _keep_names(cast, names_before)
+    return cast
+
+
+def _keep_names(cast: Any, names_before: dict[int, str]) -> None:
+    """Give the cast Cell's parameters back the names they had before the cast.
+
+    O1's rewrite builds a new Cell class around the same Parameter objects and
+    renames them by their path in it: a ``NetworkWithLoss`` cast as a whole
+    (``loss_placement: inside``) turned ``fc1.weight`` into
+    ``network.fc1.weight``. Every other level keeps the user's names, and
+    everything keyed by name expects them: a trial's starting values, read
+    from a fresh uncast build (a held graph's second trial failed on the
+    mismatch), the ``layers`` table, snapshots and checkpoints.
+    """
+    for param in cast.get_parameters():
+        before = names_before.get(id(param))
+        if before is not None and param.name != before:
+            param.name = before
 
 
 def _cast(cell: Any, level: str, black_list: Sequence[type], ms_dtype: Any) -> Any:
