@@ -1,7 +1,8 @@
 """After a trial: decide whether it needs a culprit, and find it by replay.
 
 A trial that went non-finite (diverged, or completed with steps its loss
-scaler skipped) is replayed up to its first non-finite step; a trial that
+scaler skipped) is replayed up to the step where it failed (past the steps a
+dynamic scaler skipped, when a later one failed); a trial that
 stayed finite but learned clearly worse than its FP32 baseline — the driver
 passes that baseline's final loss when it has one — is replayed side by side
 with FP32. A replay that itself fails never fails the trial: the trial's own
@@ -28,6 +29,7 @@ from ampsweep.contracts import (
 )
 
 from ._baseline import Hint, baseline_loss
+from ._capture import loss_ok
 from ._result import Outcome, TrialResult
 
 if TYPE_CHECKING:
@@ -38,17 +40,38 @@ def localize_mode(result: TrialResult, fp32_final_loss: Hint) -> tuple[str, int 
     """``(mode, until_step)`` for the replay this trial needs, or None."""
     if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
         return None
-    nonfinite = result.steps.column("nonfinite").to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(nonfinite)
-    if result.outcome == Outcome.DIVERGED or len(bad):
+    bad = _first_failure(result)
+    if result.outcome == Outcome.DIVERGED or bad is not None:
         # the replay counts steps from the trial's start; the tables count globally
         first = result.first_nonfinite_step
-        return "nonfinite", int(bad[0]) if len(bad) else (
+        return "nonfinite", bad if bad is not None else (
             None if first is None else first - result.config.start_step
         )
     if _silent(result, fp32_final_loss):
         return "departure", None
     return None
+
+
+def _first_failure(result: TrialResult) -> int | None:
+    """The trial's step (from its start) that the replay must reach, or None when every step was finite.
+
+    That is the first step that really failed: its loss was not a real number,
+    or its gradients were not finite and nothing skipped the update. A
+    dynamic loss scaler skips the steps whose gradients overflow at its
+    current scale (the first ones, at 2^16, nearly always): that is what it is
+    for, and the replay goes past such steps to the forward overflow. Replaying
+    only to the first skipped step ended before a diverged trial's real
+    failure, and blamed the loss scale for it. With skipped steps alone (a
+    completed trial) the first of them is the one to look at.
+    """
+    steps = result.steps
+    nonfinite = steps.column("nonfinite").to_numpy(zero_copy_only=False).astype(bool)
+    if not nonfinite.any():
+        return None
+    skipped = steps.column("skipped").to_numpy(zero_copy_only=False).astype(bool)
+    loss_bad = ~loss_ok(result.config, steps.column("loss").to_numpy(zero_copy_only=False))
+    failed = np.flatnonzero(loss_bad | (nonfinite & ~skipped))
+    return int(failed[0]) if len(failed) else int(np.flatnonzero(nonfinite)[0])
 
 
 def _silent(result: TrialResult, hint: Hint) -> bool:

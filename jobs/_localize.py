@@ -199,7 +199,8 @@ def _nonfinite(
             f"{skipped} earlier step(s) overflowed only in backward (skipped by the dynamic loss scaler)"
         )
     if finding is not None and prefix:
-        finding.note.append(f"steps 0-{prefix - 1} replayed compiled, without hooks (all finite)")
+        checked = "the loss finite in each" if replay.dynamic else "all finite"
+        finding.note.append(f"steps 0-{prefix - 1} replayed compiled, without hooks ({checked})")
     return finding
 
 

@@ -204,13 +204,19 @@ class _Replay:
         return self._first_nonfinite(steps, lambda batch: self._compiled(self._clip, *batch).asnumpy())
 
     def _first_nonfinite(self, steps: int, loss_and_finite: Callable[[Any], np.ndarray]) -> int | None:
-        """Feed the next ``steps`` batches to a compiled step; the first whose loss or gradients were not finite."""
+        """Feed the next ``steps`` batches to a compiled step; the first whose loss or gradients were not finite.
+
+        Under a dynamic loss scaler a step whose gradients alone overflowed is
+        not one: the graph skipped its update and lowered the scale, as the
+        trial did, so the replay may start past it (the trial's first step at
+        2^16 is nearly always such a step).
+        """
         for index in range(steps):
             batch = next(self.batches, None)
             if batch is None:
                 return None
             loss, finite = loss_and_finite(batch)
-            if not (np.isfinite(loss) and finite > 0.5):
+            if not np.isfinite(loss) or (finite <= 0.5 and not self.dynamic):
                 return index
         return None
 

@@ -229,3 +229,21 @@ def test_a_workers_next_diagnosis_of_a_graph_restarts_its_replay_and_finds_the_s
         return {**row, "note": re.sub(r"replayed on \w+ in [0-9.]+ s", "", row["note"] or "")}
 
     assert timeless(again) == timeless(fresh)
+
+
+def test_a_dynamic_scalers_skipped_steps_do_not_hide_where_a_diverged_trial_broke():
+    """The scaler skips its first step (2^16 overflows the gradients): the divergence comes later, in forward."""
+    from ampsweep.jobs._diagnose import diagnose
+    from ampsweep.jobs._step import GraphCache
+    from ampsweep.jobs._trainer import run_trial
+
+    config = _config(MLP, steps=60, abort_after=10, loss_scale="dynamic", loss_placement="inside")
+    graphs = GraphCache()
+    result = run_trial(config, MLP, None, graphs)
+    assert result.outcome == "diverged", result.error
+    skipped = result.steps.column("skipped").to_pylist()
+    assert skipped[0], "the scaler's first scale no longer overflows here: the test needs another case"
+    row = _one_row(diagnose(result, MLP, None, graphs))
+    assert (row["cell_class"], row["phase"]) == ("NaiveCrossEntropy", "forward")
+    assert abs(row["replay_step"] - result.first_nonfinite_step) <= 5, "where the loss went non-finite"
+    assert "only backward" not in row["note"] and "replayed compiled" in row["note"]
