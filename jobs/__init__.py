@@ -8,7 +8,7 @@ The driver uses only the names exported here.
 from __future__ import annotations
 
 from ._amp import known_layer_types, network_cell_types
-from ._baseline import Hint, PendingBaseline
+from ._baseline import Baseline, Hint, PendingBaseline
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
 from ._profile import CellProfile, Profile, profile
@@ -19,6 +19,7 @@ from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
 
 __all__ = [
+    "Baseline",
     "CellProfile",
     "DeviceSetup",
     "Hint",

@@ -28,7 +28,7 @@ from ampsweep.contracts import (
     trial_verdict,
 )
 
-from ._baseline import Hint, baseline_loss
+from ._baseline import Hint, resolve_baseline
 from ._capture import loss_ok
 from ._result import Outcome, TrialResult
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._step import GraphCache
 
 
-def localize_mode(result: TrialResult, fp32_final_loss: Hint) -> tuple[str, int | None] | None:
+def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None] | None:
     """``(mode, until_step)`` for the replay this trial needs, or None."""
     if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
         return None
@@ -47,7 +47,7 @@ def localize_mode(result: TrialResult, fp32_final_loss: Hint) -> tuple[str, int 
         return "nonfinite", bad if bad is not None else (
             None if first is None else first - result.config.start_step
         )
-    if _silent(result, fp32_final_loss):
+    if _silent(result, baseline):
         return "departure", None
     return None
 
@@ -77,27 +77,28 @@ def _first_failure(result: TrialResult) -> int | None:
 def _silent(result: TrialResult, hint: Hint) -> bool:
     """Whether the trial is a silent failure by the contracts' verdict, as far as the worker can tell.
 
-    The worker knows its seed's FP32 final loss, not FP32's whole curve, so
-    it assumes FP32 reached its target: a trial that stays above the target
-    is then replayed. An extra replay costs seconds; a missed one leaves the
+    The worker knows its seed's FP32 final loss and whether FP32 reached the
+    target, not FP32's whole curve: a trial that stays above a target FP32
+    reached is then replayed. An extra replay costs seconds; a missed one leaves the
     search with no Cell to black-list. The report's verdict is the analysis'.
     Only here, for a trial that stayed finite, does a baseline that still runs
     elsewhere have to be waited for.
     """
-    fp32_final_loss = baseline_loss(hint)
-    if fp32_final_loss is None:
+    fp32_baseline = resolve_baseline(hint)
+    if fp32_baseline is None:
         return False
+    fp32_final_loss = fp32_baseline.final_loss
     target = result.target_loss if result.target_loss is not None else TARGET_FROM_FP32 * fp32_final_loss
     loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
     trial = LearningEvidence(result.final_loss, steps_to_target(loss, target) is not None, start_loss(loss))
-    fp32 = LearningEvidence(fp32_final_loss, reached_target=True)
+    fp32 = LearningEvidence(fp32_final_loss, reached_target=fp32_baseline.reached_target is not False)
     return trial_verdict(result.outcome, trial, fp32).verdict is Verdict.SILENT
 
 
 def diagnose(
     result: TrialResult,
     workload_ref: str,
-    fp32_final_loss: Hint,
+    baseline: Hint,
     graphs: GraphCache | None = None,
 ) -> pa.Table:
     """The ``anomalies`` table of one finished trial: zero or one row.
@@ -105,7 +106,7 @@ def diagnose(
     ``graphs``: the worker's compiled steps, so the replay can run the steps it
     need not look at on the trial's own graph instead of compiling one.
     """
-    wanted = localize_mode(result, fp32_final_loss)
+    wanted = localize_mode(result, baseline)
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
     from ._localize import localize

@@ -63,13 +63,13 @@ class TrialWorker:
         self,
         config: TrialConfig,
         workload_ref: str,
-        fp32_final_loss: Hint = None,
+        baseline: Hint = None,
         start: bytes | None = None,
     ) -> TrialResult:
         """Train one trial; then, if it broke, replay it to name the Cell that did.
 
-        ``fp32_final_loss`` is the final loss of the FP32 baseline with the
-        same seed, when the driver has it, or the baseline still running on
+        ``baseline`` is what the FP32 trial of the same seed showed (its final
+        loss, whether it reached the target), when the driver has it, or the baseline still running on
         another actor (``PendingBaseline``): it tells a silent failure (finite,
         but far worse than FP32) from a healthy trial. ``start`` is the
         snapshot a forked trial starts from (checkpoint bytes).
@@ -86,7 +86,7 @@ class TrialWorker:
         result = run_trial(config, workload_ref, self.placement, self.graphs)
         if config.localize:
             replay_started = time.perf_counter()
-            result.anomalies = diagnose(result, workload_ref, fp32_final_loss, self.graphs)
+            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs)
             result.diagnose_s = time.perf_counter() - replay_started
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result

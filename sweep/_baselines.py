@@ -1,4 +1,4 @@
-"""FP32 final losses by seed: what a mixed-precision trial is judged against.
+"""FP32 baselines by seed (final loss, target reached): what a mixed-precision trial is judged against.
 
 Handed to the actor with each trial, so a trial that stays finite but learns
 far worse than its FP32 baseline (a silent float16 failure) is localized too.
@@ -13,31 +13,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import Hint, PendingBaseline, TrialConfig
+from ampsweep.jobs import Baseline, Hint, PendingBaseline, TrialConfig
 
 if TYPE_CHECKING:
     from ._slot import Slot
 
 
 class Baselines:
-    """FP32 final losses by seed, and the FP32 calls running now, so an actor can tell a silent
+    """FP32 baselines by seed, and the FP32 calls running now, so an actor can tell a silent
     failure from a healthy trial."""
 
     def __init__(self) -> None:
-        self._by_seed: dict[int, list[tuple[TrialConfig, float]]] = {}
+        self._by_seed: dict[int, list[tuple[TrialConfig, Baseline]]] = {}
         #: seed -> {call: its slot} of FP32 trials sent to an actor and not answered yet, oldest first
         self._sent: dict[int, dict[Any, Slot]] = {}
 
-    def add(self, config: TrialConfig, final_loss: float | None) -> None:
-        if config.amp_level == FP32_LEVEL and final_loss is not None:
-            self._by_seed.setdefault(config.seed, []).append((config, final_loss))
+    def add(self, config: TrialConfig, baseline: Baseline | None) -> None:
+        if config.amp_level == FP32_LEVEL and baseline is not None:
+            self._by_seed.setdefault(config.seed, []).append((config, baseline))
 
-    def for_trial(self, config: TrialConfig) -> float | None:
+    def for_trial(self, config: TrialConfig) -> Baseline | None:
         """The baseline with the same seed, preferring the same clip and loss scale."""
         candidates = self._by_seed.get(config.seed, [])
-        for baseline, loss in candidates:
-            if baseline.clip == config.clip and baseline.loss_scale == config.loss_scale:
-                return loss
+        for fp32, baseline in candidates:
+            if fp32.clip == config.clip and fp32.loss_scale == config.loss_scale:
+                return baseline
         return candidates[0][1] if candidates else None
 
     def sent(self, config: TrialConfig, call: Any, slot: Slot) -> None:
@@ -50,7 +50,7 @@ class Baselines:
         self._sent.get(config.seed, {}).pop(call, None)
 
     def hint(self, config: TrialConfig) -> Hint:
-        """What ``config`` is sent with: its baseline's final loss, else a baseline an actor runs now.
+        """What ``config`` is sent with: its baseline, else a baseline an actor runs now.
 
         Only a call its actor runs now (not one queued behind another) is
         handed out: an FP32 trial waits for nothing, so a trial waiting for it

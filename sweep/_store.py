@@ -29,7 +29,7 @@ from ampsweep.contracts import (
     trial_folder,
     trial_row_path,
 )
-from ampsweep.jobs import TrialConfig, TrialResult
+from ampsweep.jobs import Baseline, TrialConfig, TrialResult
 
 from ._baselines import Baselines
 
@@ -177,12 +177,26 @@ class SweepStore:
         return LocalizedCell.from_row(rows[0]) if rows else None
 
     def baselines(self, trials: list[TrialConfig], done: set[str]) -> Baselines:
-        """FP32 final losses of the committed FP32 trials of ``trials`` (a resumed sweep has them on disk)."""
+        """The baselines of the committed FP32 trials of ``trials`` (a resumed sweep has them on disk)."""
         found = Baselines()
         for config in trials:
             if config.amp_level == FP32_LEVEL and config.trial_id in done:
-                found.add(config, self.trial_row(config.trial_id, ["final_loss"])["final_loss"])
+                row = self.trial_row(config.trial_id, ["final_loss", "target_loss"])
+                found.add(
+                    config,
+                    Baseline.of_run(row["final_loss"], row["target_loss"], self._losses(config.trial_id)),
+                )
         return found
+
+    def _losses(self, trial_id: str) -> Any:
+        """A committed trial's per-step losses; None where its ``steps`` file cannot be read."""
+        try:
+            table = pq.read_table(
+                self.path(part_path("steps", trial_id)), columns=["loss"], filesystem=self.fs
+            )
+        except (FileNotFoundError, OSError, pa.ArrowException):
+            return None
+        return table.column("loss").to_numpy(zero_copy_only=False)
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:
         """Remove what an interrupted write left under an uncommitted trial."""

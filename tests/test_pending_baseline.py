@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
-from ampsweep.jobs import PendingBaseline
+from ampsweep.jobs import Baseline, PendingBaseline
 from ampsweep.sweep._baselines import Baselines
 from ampsweep.sweep._slot import Slot
 from tests._trial import trial_config
@@ -34,8 +36,8 @@ def test_a_trial_gets_the_baseline_its_actor_runs_now_and_never_one_queued_behin
     assert baselines.hint(trial_config(amp_level="O2", seed=1)) is None, "another seed's baseline"
     baselines.answered(fp32, "running fp32")
     assert baselines.hint(amp) is None
-    baselines.add(fp32, 0.25)
-    assert baselines.hint(amp) == 0.25, "a known final loss goes as a number"
+    baselines.add(fp32, Baseline(0.25, reached_target=True))
+    assert baselines.hint(amp) == Baseline(0.25, reached_target=True), "a known baseline goes as it is"
 
 
 @pytest.mark.slow
@@ -58,3 +60,44 @@ def test_a_silent_trial_started_beside_its_running_baseline_is_still_localized(t
     assert amp["worker_index"] != fp32["worker_index"], "the second actor compiled the O2 graph"
     anomalies = pq.read_table(tmp_path / "beside" / "anomalies").to_pylist()
     assert [row["trial_id"] for row in anomalies] == [amp["trial_id"]], "its silent failure was replayed"
+
+
+def _completed(loss: list[float], target_loss: float | None):
+    """A completed O2 trial with these per-step losses, as the worker hands it to ``localize_mode``."""
+    from ampsweep.contracts import STEPS_SCHEMA, final_loss
+    from ampsweep.jobs import Outcome, Placement, TrialResult
+
+    n = len(loss)
+    columns = {
+        field.name: pa.array(
+            np.zeros(n, dtype=field.type.to_pandas_dtype()) if field.name != "loss" else loss, type=field.type
+        )
+        for field in STEPS_SCHEMA
+    }
+    columns["step"] = pa.array(range(n), type=pa.int64())
+    return TrialResult(
+        config=trial_config(amp_level="O2", steps=n),
+        outcome=Outcome.COMPLETED,
+        placement=Placement("cpu", "CPU"),
+        steps_run=n,
+        final_loss=final_loss(np.asarray(loss)),
+        target_loss=target_loss,
+        steps=pa.table(columns, schema=STEPS_SCHEMA),
+    )
+
+
+def test_a_target_fp32_never_reached_does_not_make_a_trial_that_learns_like_it_silent():
+    from ampsweep.jobs._diagnose import localize_mode
+
+    # both runs fall from 2.3 to 1.3 and stop above the workload's target of 0.9
+    fp32_loss = list(np.linspace(2.3, 1.3, 60))
+    fp32 = Baseline.of_run(1.3, 0.9, fp32_loss)
+    assert fp32 == Baseline(1.3, reached_target=False)
+    trial = _completed(list(np.linspace(2.3, 1.31, 60)), target_loss=0.9)
+    assert localize_mode(trial, fp32) is None, "it learns like FP32: nothing to replay"
+    # the same trial against an FP32 run that got to the target is a silent failure to replay
+    assert localize_mode(trial, Baseline(0.85, reached_target=True)) == ("departure", None)
+    assert Baseline.of_run(1.3, None, fp32_loss).reached_target, (
+        "no workload target: 1.1 x its own final loss"
+    )
+    assert Baseline.of_run(None, 0.9, fp32_loss) is None
