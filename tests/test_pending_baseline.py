@@ -101,3 +101,22 @@ def test_a_target_fp32_never_reached_does_not_make_a_trial_that_learns_like_it_s
         "no workload target: 1.1 x its own final loss"
     )
     assert Baseline.of_run(None, 0.9, fp32_loss) is None
+
+
+def test_steps_a_dynamic_scaler_skipped_are_its_work_and_a_static_scales_are_overflows():
+    from dataclasses import replace
+
+    from ampsweep.jobs._diagnose import localize_mode
+
+    trial = _completed(list(np.linspace(2.3, 1.3, 60)), target_loss=None)
+    nonfinite = [
+        index < 2 for index in range(60)
+    ]  # the first two steps overflowed in backward, and were skipped
+    steps = trial.steps.set_column(4, "nonfinite", pa.array(nonfinite)).set_column(
+        5, "skipped", pa.array(nonfinite)
+    )
+    fp32 = Baseline(1.3, reached_target=True)
+    dynamic = replace(trial, config=replace(trial.config, loss_scale="dynamic"), steps=steps)
+    assert localize_mode(dynamic, fp32) is None, "healthy: nothing to replay"
+    static = replace(trial, config=replace(trial.config, loss_scale="static:65536"), steps=steps)
+    assert localize_mode(static, fp32) == ("nonfinite", 0)
