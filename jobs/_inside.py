@@ -29,7 +29,7 @@ class Inside:
 
     #: the first watched op whose finite input gave a non-finite (or saturated) output; "" if none
     op: str = ""
-    #: max |x| of that op's input
+    #: max |x| of that op's input; for ``exp``, the input's largest value (see ``_overflowing_input``)
     op_input_max_abs: float | None = None
     #: max |x| over the finite part of every intermediate the watched ops produced
     intermediate_max_abs: float | None = None
@@ -47,6 +47,25 @@ def _max_abs(value: Any) -> tuple[float, bool] | None:
     ok = np.isfinite(flat)
     finite = flat[ok]
     return (float(np.abs(finite).max()) if finite.size else 0.0), bool(ok.all()) and not saturated(array)
+
+
+def _overflowing_input(name: str, value: Any) -> float | None:
+    """The size of an op's input that matters for its overflow: max |x|, but for ``exp`` the largest value.
+
+    ``exp`` overflows on large positive inputs only; a large negative one gives
+    0. An attention mask written as ``-1e4`` made max |x| 10000 where the scores
+    that overflowed were 11.3, and the report said "input max 1e4 > ln 65504".
+    """
+    if name != "exp":
+        found = _max_abs(value)
+        return None if found is None else found[0]
+    try:
+        array = value.asnumpy()
+    except AttributeError:
+        return None
+    finite = array.astype(np.float64).reshape(-1)
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max()) if finite.size else None
 
 
 def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:
@@ -77,7 +96,8 @@ def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:
                 largest.append(result[0])
             if not seen.op and result is not None and not result[1] and ins and all(ok for _, ok in ins):
                 seen.op = name
-                seen.op_input_max_abs = max(m for m, _ in ins)
+                sizes = [size for size in (_overflowing_input(name, a) for a in args) if size is not None]
+                seen.op_input_max_abs = max(sizes) if sizes else None
             return out
 
         return wrapped

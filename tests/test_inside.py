@@ -49,7 +49,8 @@ def test_replay_of_the_cell_finds_exp() -> None:
     from ampsweep.jobs.workloads.late_softmax import ExpSoftmax
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    z = Tensor(np.array([[1.0, 11.3, 2.0]], np.float16))
+    # -1e4 is how an attention mask is often written: exp of it is 0, not the overflow
+    z = Tensor(np.array([[1.0, 11.3, 2.0, -1e4]], np.float16))
     event = Event(
         "softmax",
         "ExpSoftmax",
@@ -63,7 +64,9 @@ def test_replay_of_the_cell_finds_exp() -> None:
     )
     inside = replay_inside(event)
     assert inside is not None and inside.op == "exp"
-    assert inside.op_input_max_abs is not None and 11.2 < inside.op_input_max_abs < 11.4
+    assert inside.op_input_max_abs is not None and 11.2 < inside.op_input_max_abs < 11.4, (
+        "the value that overflowed"
+    )
     fine = Event(
         "softmax",
         "ExpSoftmax",

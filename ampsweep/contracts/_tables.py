@@ -95,7 +95,7 @@ ANOMALIES_SCHEMA = pa.schema(
         ("note", pa.string()),
         ("input_max_abs", pa.float64()),  # forward: max |x| of the finite part of the Cell's inputs
         ("inner_op", pa.string()),  # the op inside the Cell that overflowed first (replay of the Cell)
-        ("inner_max_abs", pa.float64()),  # max |x| of that op's input
+        ("inner_max_abs", pa.float64()),  # max |x| of that op's input (exp: its largest value)
         ("intermediate_max_abs", pa.float64()),  # max |x| of the finite intermediates inside the Cell
     ]
 )
@@ -187,7 +187,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "input_max_abs": "`forward` only: largest finite absolute value of the Cell's inputs",
         "inner_op": "the `mindspore.ops` function inside the Cell that overflowed first when the Cell was "
         "replayed alone on its inputs (e.g. `exp`); null when not seen",
-        "inner_max_abs": "largest absolute value of that function's input",
+        "inner_max_abs": "largest absolute value of that function's input (for `exp`, its largest value: "
+        "a large negative input gives 0, not an overflow)",
         "intermediate_max_abs": "largest finite absolute value of the intermediates inside the Cell in that replay",
     },
 }
