@@ -19,10 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, Verdict, configuration_verdict
+from ampsweep.contracts import FP32_LEVEL, Verdict, configuration_verdict, parse_loss_scale
 
 from ._anomalies import localizations
 from ._load import DEFAULT_LOSS_PLACEMENT
+
+#: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
+LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
 
 CONFIG_KEYS = (
     "amp_level",
@@ -201,6 +204,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["p90_grad_norm_median"] = _nanmedian(num["p90_grad_norm"][idx])
         row["n_black_listed"] = len(row["black_list"])
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
+        row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)
     return pd.DataFrame(rows)

@@ -250,6 +250,16 @@ CRITERIA: tuple[Criterion, ...] = (
         show=lambda r: str(r.get("loss_placement", "inside")),
     ),
     Criterion(
+        "loss_scaling",
+        "loss scaling",
+        "loss_scaling",
+        rule=(
+            "No loss scaling before a static scale before a dynamic one: of configurations equal on everything "
+            "above, the one with less to change in the training script."
+        ),
+        show=lambda r: str(r.get("loss_scale", "none")),
+    ),
+    Criterion(
         "config_id",
         "name",
         "config_id",
@@ -375,11 +385,11 @@ def placement(
         parts.append(
             f"tied with #{above_rank} on " + " and ".join(_tied_text(c, row, above) for c in tied_on)
         )
-    scores_tied = decided.name in ("n_black_listed", "loss_inside", "config_id")
+    scores_tied = decided.name in (*_AFTER_SCORES, "config_id")
     if decided.name == "config_id":
         parts.append(f"tied with #{above_rank} on every criterion; ordered by name")
     else:
-        if decided.name in ("n_black_listed", "loss_inside") and not tied_on:
+        if decided.name in _AFTER_SCORES and not tied_on:
             parts.append(f"tied with #{above_rank} on every score")
         where = "below it" if parts else f"below #{above_rank}"
         parts.append(f"{where} on {_decided_text(decided, row, above)}")
@@ -389,3 +399,5 @@ def placement(
 
 
 FIRST = Placement("", (), False, "ranked first")
+#: the criteria that only order configurations tied on every score
+_AFTER_SCORES = ("n_black_listed", "loss_inside", "loss_scaling")

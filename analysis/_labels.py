@@ -129,6 +129,7 @@ _DECIDED = {
     "speed": "slower steps",
     "n_black_listed": "more FP32 classes",
     "loss_inside": "loss inside the cast",
+    "loss_scaling": "more loss scaling",
     "config_id": "tied: by name",
 }
 _CLIP_SHORT = {

@@ -289,3 +289,16 @@ def test_rules_text_follows_the_criteria(tmp_path: Path) -> None:
     positions = [text.index(f"{i}. {c.rule}") for i, c in enumerate(analysis.CRITERIA, start=1)]
     assert positions == sorted(positions)
     assert analysis.TIE_RULE in text
+
+
+def test_of_two_equal_configurations_the_one_without_loss_scaling_ranks_first(tmp_path: Path) -> None:
+    # the dynamic scaler's label sorts first ("ls=dynamic" < "ls=none"): only the criterion puts "none" ahead
+    for seed in range(2):
+        write_trial(tmp_path, f"fp32-{seed}", loss=CURVE, amp_level="O0", seed=seed)
+        for scale in ("dynamic", "static:1024", "none"):
+            write_trial(tmp_path, f"{scale}-{seed}", loss=CURVE, loss_scale=scale, seed=seed)
+    a = analysis.analyze(tmp_path)
+    mixed = a.ranking[a.ranking["amp_level"] == "O2"]
+    assert list(mixed["loss_scale"]) == ["none", "static:1024", "dynamic"]
+    assert list(mixed["decided_by"])[1:] == ["loss_scaling", "loss_scaling"]
+    assert a.kinds[0].recommendation.config["loss_scale"] == "none"
