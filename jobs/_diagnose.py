@@ -4,7 +4,7 @@ A trial that went non-finite (diverged, or completed with steps a static
 loss scale skipped) is replayed up to the step where it failed (past the
 steps a dynamic scaler skipped: those are its work); a trial that
 stayed finite but learned clearly worse than its FP32 baseline — the driver
-passes that baseline's final loss when it has one — is replayed side by side
+passes that baseline (``jobs.Baseline``) when it has one — is replayed side by side
 with FP32. A replay that itself fails never fails the trial: the trial's own
 result stands, with no anomaly row.
 """
