@@ -253,10 +253,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "loss_scaling",
         "loss scaling",
         "loss_scaling",
-        rule=(
-            "No loss scaling before a static scale before a dynamic one: of configurations equal on everything "
-            "above, the one with less to change in the training script."
-        ),
+        rule="No loss scaling before a static scale before a dynamic one: less to change in the training script.",
         show=lambda r: str(r.get("loss_scale", "none")),
     ),
     Criterion(
