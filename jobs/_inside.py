@@ -35,8 +35,8 @@ class Inside:
     intermediate_max_abs: float | None = None
 
 
-def _max_abs(value: Any) -> tuple[float, bool] | None:
-    """(max |x| of the finite part, all finite) of a float Tensor, or None."""
+def _finite_part(value: Any) -> tuple[np.ndarray, bool] | None:
+    """(the finite elements as float64, whether all were finite and unsaturated) of a float Tensor, or None."""
     try:
         array = value.asnumpy()
     except AttributeError:
@@ -45,8 +45,16 @@ def _max_abs(value: Any) -> tuple[float, bool] | None:
         return None
     flat = array.astype(np.float64).reshape(-1)
     ok = np.isfinite(flat)
-    finite = flat[ok]
-    return (float(np.abs(finite).max()) if finite.size else 0.0), bool(ok.all()) and not saturated(array)
+    return flat[ok], bool(ok.all()) and not saturated(array)
+
+
+def _max_abs(value: Any) -> tuple[float, bool] | None:
+    """(max |x| of the finite part, all finite) of a float Tensor, or None."""
+    found = _finite_part(value)
+    if found is None:
+        return None
+    finite, ok = found
+    return (float(np.abs(finite).max()) if finite.size else 0.0), ok
 
 
 def _overflowing_input(name: str, value: Any) -> float | None:
@@ -56,16 +64,11 @@ def _overflowing_input(name: str, value: Any) -> float | None:
     0. An attention mask written as ``-1e4`` made max |x| 10000 where the scores
     that overflowed were 11.3, and the report said "input max 1e4 > ln 65504".
     """
-    if name != "exp":
-        found = _max_abs(value)
-        return None if found is None else found[0]
-    try:
-        array = value.asnumpy()
-    except AttributeError:
+    found = _finite_part(value)
+    if found is None or not found[0].size:
         return None
-    finite = array.astype(np.float64).reshape(-1)
-    finite = finite[np.isfinite(finite)]
-    return float(finite.max()) if finite.size else None
+    finite = found[0]
+    return float(finite.max()) if name == "exp" else float(np.abs(finite).max())
 
 
 def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import Baseline, Hint, PendingBaseline, TrialConfig
+from ampsweep.jobs import Baseline, Hint, PendingBaseline, TrialConfig, TrialResult
 
 if TYPE_CHECKING:
     from ._slot import Slot
@@ -27,6 +27,11 @@ class Baselines:
         self._by_seed: dict[int, list[tuple[TrialConfig, Baseline]]] = {}
         #: seed -> {call: its slot} of FP32 trials sent to an actor and not answered yet, oldest first
         self._sent: dict[int, dict[Any, Slot]] = {}
+
+    def add_result(self, result: TrialResult) -> None:
+        """A finished trial: an FP32 one becomes its seed's baseline (the others cost nothing here)."""
+        if result.config.amp_level == FP32_LEVEL:
+            self.add(result.config, Baseline.of(result))
 
     def add(self, config: TrialConfig, baseline: Baseline | None) -> None:
         if config.amp_level == FP32_LEVEL and baseline is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import Baseline, Hint, Outcome, Placement, TrialConfig, TrialResult
+from ampsweep.jobs import Hint, Outcome, Placement, TrialConfig, TrialResult
 
 from ._actors import Actors, RayActors, TailCall
 from ._baselines import Baselines
@@ -343,7 +343,7 @@ class Dispatcher:
         # the next trial first, the Parquet commit after: the actor trains while the
         # driver writes (its seed's FP32 loss is known before the next trial is handed out)
         if self.forks is None or not self.forks.is_prefix(config):
-            self.baselines.add(result.config, Baseline.of(result))
+            self.baselines.add_result(result)
         self.queue.costs.record(config.graph_id, result.compile_s, result.wall_s + result.diagnose_s)
         self._last_live = time.monotonic()
         self._dispatch(slot)
