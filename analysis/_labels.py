@@ -55,7 +55,7 @@ def is_fp32(row: Row) -> bool:
 
 
 def config_short(row: Row, varies: frozenset[str] = frozenset()) -> str:
-    """'FP32', 'O2 · FP32: ExpSoftmax · clip 1.0', 'O2 · no clip · loss inside'.
+    """'FP32', 'FP32 · scale dynamic', 'O2 · FP32: ExpSoftmax · clip 1.0', 'O2 · no clip · loss inside'.
 
     ``varies`` names the ranking columns that differ between rows (dtype, loss
     placement, device kind): only those are spelled out, so a sweep that never
@@ -75,8 +75,9 @@ def config_short(row: Row, varies: frozenset[str] = frozenset()) -> str:
         if black_list:
             parts.append("FP32: " + ", ".join(str(c) for c in black_list))
         parts.append(_clip(row["clip"]))
-        if str(row["loss_scale"]) not in ("none", ""):
-            parts.append(f"scale {row['loss_scale']}")
+    # a scaled FP32 run is a different run (the scaler may skip steps): two FP32 rows never share a label
+    if str(row["loss_scale"]) not in ("none", ""):
+        parts.append(f"scale {row['loss_scale']}")
     if "loss_placement" in varies:
         parts.append(f"loss {row.get('loss_placement', 'inside')}")
     if "device_kind" in varies:

@@ -302,3 +302,16 @@ def test_of_two_equal_configurations_the_one_without_loss_scaling_ranks_first(tm
     assert list(mixed["loss_scale"]) == ["none", "static:1024", "dynamic"]
     assert list(mixed["decided_by"])[1:] == ["loss_scaling", "loss_scaling"]
     assert a.kinds[0].recommendation.config["loss_scale"] == "none"
+
+
+def test_two_fp32_rows_under_different_loss_scaling_have_different_labels(tmp_path: Path) -> None:
+    for seed in range(2):
+        for scale in ("none", "dynamic"):
+            write_trial(
+                tmp_path, f"fp32-{scale}-{seed}", loss=CURVE, amp_level="O0", loss_scale=scale, seed=seed
+            )
+            write_trial(tmp_path, f"o2-{scale}-{seed}", loss=CURVE, loss_scale=scale, seed=seed)
+    a = analysis.analyze(tmp_path)
+    fp32 = a.ranking[a.ranking["amp_level"] == "O0"]
+    assert sorted(fp32["label"]) == ["FP32", "FP32 · scale dynamic"]
+    assert a.ranking["label"].is_unique
