@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ampsweep.contracts import ANOMALIES_SCHEMA
+from ampsweep.contracts import ANOMALIES_SCHEMA, FLOAT16_MAX
 
 from ._load import files_by_trial, resolve
 from ._model import Localization
@@ -56,6 +56,10 @@ def _text(value: object) -> str:
     return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
+def _flag(value: object) -> bool | None:
+    return None if value is None or pd.isna(value) else bool(value)
+
+
 def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str = "") -> list[Localization]:
     """Fold one configuration's anomaly rows: one :class:`Localization` per agreeing group.
 
@@ -88,6 +92,7 @@ def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str =
                 inner_op=_text(group["inner_op"].iloc[0]) if "inner_op" in group else "",
                 input_max_abs=_median(group["input_max_abs"]) if "input_max_abs" in group else None,
                 inner_max_abs=_median(group["inner_max_abs"]) if "inner_max_abs" in group else None,
+                finite=_flag(group["finite"].iloc[0]) if "finite" in group else None,
             )
         )
     return sorted(out, key=lambda loc: (-loc.n_trials, loc.cell))
@@ -109,22 +114,37 @@ def _seeds(seeds: tuple[object, ...]) -> str:
     return f"seed{'s' if len(seeds) != 1 else ''} {shown}"
 
 
-FLOAT16_MAX = 65504.0
 #: A non-finite output whose finite part stays below this share of float16's
 #: maximum did not overflow at the output: something inside the Cell did.
 BOUNDED_SHARE = 0.5
-#: Inner primitives and the input beyond which they overflow float16, in words.
-OVERFLOW_LIMITS = {
-    "exp": (math.log(FLOAT16_MAX), "ln 65504"),
-    "square": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
-    "pow": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
-    "mul": (math.sqrt(FLOAT16_MAX), "sqrt 65504"),
+#: The largest finite value of each dtype a Cell may compute in, and how the limits below name it.
+_DTYPE_MAX = {"float16": (FLOAT16_MAX, "65504"), "float32": (float(np.finfo(np.float32).max), "3.4e38")}
+#: Inner primitives: the input beyond which they overflow a dtype, as a function of its maximum.
+_OVERFLOW_AT = {
+    "exp": (math.log, "ln"),
+    "square": (math.sqrt, "sqrt"),
+    "pow": (math.sqrt, "sqrt"),
+    "mul": (math.sqrt, "sqrt"),
 }
+
+
+def overflow_limit(op: str, dtype: str) -> tuple[float, str] | None:
+    """The input beyond which ``op`` overflows ``dtype`` and its words: (11.09, 'ln 65504'); None if unknown."""
+    at, words = _OVERFLOW_AT.get(op.lower(), (None, ""))
+    largest = _DTYPE_MAX.get(dtype)
+    if at is None or largest is None:
+        return None
+    return at(largest[0]), f"{words} {largest[1]}"
+
+
+def lost_precision(loc: Localization) -> bool:
+    """A forward output that stayed finite but far from FP32's: precision was lost here, a later Cell overflowed."""
+    return loc.kind == "nonfinite" and loc.phase == "forward" and loc.finite is True
 
 
 def overflowed_inside(loc: Localization) -> bool:
     """A forward non-finite output whose finite values stay bounded: the overflow was inside the Cell."""
-    if loc.kind != "nonfinite" or loc.phase != "forward":
+    if loc.kind != "nonfinite" or loc.phase != "forward" or lost_precision(loc):
         return False
     if loc.inner_op:
         return True
@@ -140,7 +160,7 @@ def inner_sentence(loc: Localization, where: str = "") -> str:
     where = where or loc.cell_class or loc.cell
     if loc.inner_op:
         text = f"the `{loc.inner_op}` inside {where} overflowed {dtype}"
-        limit = OVERFLOW_LIMITS.get(loc.inner_op.lower())
+        limit = overflow_limit(loc.inner_op, dtype)
         if loc.inner_max_abs is not None:
             if limit is not None and loc.inner_max_abs > limit[0]:
                 text += f" (input max {_num(loc.inner_max_abs)} > {limit[1]})"
@@ -168,6 +188,11 @@ def localization_phrase(loc: Localization) -> str:
         evidence = "".join(bits) + ")"
     elif overflowed_inside(loc):
         evidence = inner_sentence(loc)
+    elif lost_precision(loc):
+        evidence = (
+            f"{_dtype(loc.output_dtype)} output finite but max|x| {_num(loc.max_abs)} vs FP32 "
+            f"{_num(loc.fp32_max_abs)}, the overflow follows from it"
+        )
     else:
         evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)} vs FP32 {_num(loc.fp32_max_abs)}"
     return f"{head}, {evidence}, {_seeds(loc.seeds)}"

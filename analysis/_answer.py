@@ -23,7 +23,7 @@ import pandas as pd
 from ampsweep.contracts import FP32_LEVEL
 
 from . import _classes as cls
-from ._anomalies import _dtype, _num, inner_sentence, overflowed_inside
+from ._anomalies import _dtype, _num, inner_sentence, lost_precision, overflowed_inside
 from ._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
 from ._next_sweep import NEXT_SPEC_FILE
 
@@ -67,6 +67,12 @@ def what_happened(loc: Localization) -> str:
         if loc.inner_op:
             return f"{inner_sentence(loc)}, in `{loc.cell}`{_where(loc)}"
         return f"{inner_sentence(loc, _who(loc))}{_where(loc)}"
+    if lost_precision(loc):
+        return (
+            f"{_who(loc)} loses precision in {dtype} in the forward pass: its output stays finite but reaches "
+            f"max|x| {_num(loc.max_abs)} where FP32's is {_num(loc.fp32_max_abs)}, and the overflow follows "
+            f"from it{_where(loc)}"
+        )
     if loc.phase == "backward":
         return (
             f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}, "

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from . import _classes as cls
-from ._anomalies import OVERFLOW_LIMITS
+from ._anomalies import overflow_limit
 from ._evidence import fp32_row
 from ._heatmap import divergence_grids
 from ._load import files_by_trial, resolve
@@ -281,7 +281,7 @@ def _cell_maxima(row: pd.Series) -> tuple[str, tuple[tuple[str, float], ...], tu
     ):
         if name and value is not None and np.isfinite(value):
             bars.append((name, float(value)))
-    limit = OVERFLOW_LIMITS.get(loc.inner_op.lower()) if loc.inner_op else None
+    limit = overflow_limit(loc.inner_op, dtype) if loc.inner_op else None
     cell = f"{loc.cell} ({loc.cell_class})" if loc.cell_class else loc.cell
     return cell, tuple(bars), (limit[1], limit[0]) if limit else None
 

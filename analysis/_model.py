@@ -62,6 +62,9 @@ class Localization:
     input_max_abs: float | None = None
     #: largest finite |x| of what overflowed inside (the inner primitive's input)
     inner_max_abs: float | None = None
+    #: the Cell's tensor held no inf/NaN: precision was lost here and a Cell after it overflowed
+    #: (None: not recorded, in sweeps written before the column)
+    finite: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ampsweep.contracts import FORWARD_BLOWUP
+
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
 from ._replay import JIT_PREFIX_MIN_STEPS, _Finding, _fp32, _Replay, _skip_ahead
@@ -19,10 +21,10 @@ from ._replay import JIT_PREFIX_MIN_STEPS, _Finding, _fp32, _Replay, _skip_ahead
 if TYPE_CHECKING:
     from ._step import GraphCache
 
-#: A Cell whose input gradient overflowed while its forward output was finite but this many
-#: times larger than in FP32 is reported as a forward failure: the forward pass lost precision
-#: first (seed_repro's one-pass variance: 461 vs 2.2), the backward overflow is its consequence.
-FORWARD_BLOWUP = 10.0
+# FORWARD_BLOWUP (ampsweep.contracts): a Cell whose input gradient overflowed while its forward
+# output was finite but that many times larger than in FP32 is reported as a forward failure: the
+# forward pass lost precision first, the backward overflow is its consequence. The same factor on a
+# forward culprit's *inputs* says the damage came from upstream (``blame_upstream``).
 
 
 def fp32_twin(
@@ -61,6 +63,41 @@ def _forward_blew_up(policy: Event | None, fp32: Event | None) -> bool:
     if policy is None or fp32 is None or fp32.stats.max_abs <= 0:
         return False
     return policy.stats.max_abs > FORWARD_BLOWUP * fp32.stats.max_abs
+
+
+def blame_upstream(finding: _Finding, fp32: CellProbe | None) -> None:
+    """Move a forward finding to the Cell upstream that went wrong first, when its inputs say so.
+
+    The first Cell whose output is non-finite is where an overflow *shows*,
+    not always where precision was lost: a hand-written variance that cancels
+    in float16 stays finite but comes out hundreds of times too large, and
+    the Cells after it (a float32 loss among them) overflow on its output. When
+    the culprit's finite inputs are ``FORWARD_BLOWUP`` times FP32's, the finding
+    becomes the first Cell, in the order the Cells returned that step, whose
+    output is ``FORWARD_BLOWUP`` times its FP32 twin's. Without such a Cell
+    (the damage arrived through the weights of earlier steps), the finding stays.
+    """
+    event = finding.event
+    if fp32 is None or event.phase != "forward" or event.input_max_abs is None:
+        return
+    twin = fp32.find(event.name, "forward", event.call)
+    if twin is None or not twin.input_max_abs or event.input_max_abs < FORWARD_BLOWUP * twin.input_max_abs:
+        return
+    for candidate in finding.step_forward:
+        if candidate is event:
+            return
+        reference = fp32.find(candidate.name, "forward", candidate.call)
+        if reference is None or not candidate.stats.finite or reference.stats.max_abs <= 0:
+            continue
+        if candidate.stats.max_abs >= FORWARD_BLOWUP * reference.stats.max_abs:
+            finding.note.append(
+                f"{event.name} ({event.cell_class}) was the first Cell to go non-finite, in {event.output_dtype}, "
+                f"on inputs already {event.input_max_abs / twin.input_max_abs:.0f}x FP32's (max |x| "
+                f"{event.input_max_abs:.4g} vs {twin.input_max_abs:.4g}); this Cell's output was the first that "
+                f"step to reach {FORWARD_BLOWUP:g}x FP32's"
+            )
+            finding.event, finding.inside, finding.forward = candidate, None, None
+            return
 
 
 def compare_with_fp32(finding: _Finding, policy_forward: Event | None, fp32: CellProbe | None) -> None:

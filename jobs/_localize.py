@@ -49,7 +49,7 @@ import pyarrow as pa
 from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from ._config import TrialConfig
-from ._fp32_twin import compare_with_fp32, fp32_twin
+from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin
 from ._hooks import CellProbe, Event
 from ._inside import replay_inside
 from ._replay import (
@@ -108,6 +108,7 @@ def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str,
         "inner_op": finding.inside.op or None if finding.inside else None,
         "inner_max_abs": finding.inside.op_input_max_abs if finding.inside else None,
         "intermediate_max_abs": finding.inside.intermediate_max_abs if finding.inside else None,
+        "finite": event.stats.finite,
     }
 
 
@@ -172,7 +173,13 @@ def _nonfinite(
             forward = probe.first_nonfinite("forward")
             if forward is not None:
                 # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
-                finding = _Finding(forward, index, [], inside=replay_inside(forward))
+                finding = _Finding(
+                    forward,
+                    index,
+                    [],
+                    inside=replay_inside(forward),
+                    step_forward=tuple(probe.forward_events()),
+                )
                 break
             backward = _backward_culprit(probe, [] if finite else bad_params)
             if backward is None:
@@ -307,6 +314,7 @@ def localize(
             if finding is None:
                 return _table([])
             twin = fp32_twin(config, workload_ref, finding, graphs)
+            blame_upstream(finding, twin)
             compare_with_fp32(finding, finding.forward, twin)
             if config.amp_level != FP32_LEVEL:
                 finding.note.append(

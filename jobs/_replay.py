@@ -43,6 +43,8 @@ class _Finding:
     forward: Event | None = None  # backward findings: the same Cell's forward report that step
     #: forward findings whose inputs were finite: what a replay of the Cell saw inside it
     inside: Inside | None = None
+    #: forward findings: every Cell's forward report that step, in the order the Cells returned
+    step_forward: tuple[Event, ...] = ()
 
 
 class _Replay:

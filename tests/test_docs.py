@@ -185,7 +185,7 @@ def test_the_readme_keeps_its_facts() -> None:
         "Python 3.10 or 3.11",
         ".ci/run",
         "about 2.5 minutes",
-        "about 23 minutes",
+        "about 45 minutes",
     ):
         assert fact in text, f"README no longer says {fact!r}"
 

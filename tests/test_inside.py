@@ -7,7 +7,30 @@ from pathlib import Path
 import numpy as np
 
 from ampsweep import analysis
+from ampsweep.analysis._anomalies import inner_sentence, localization_phrase, overflowed_inside
+from ampsweep.analysis._answer import what_happened
+from ampsweep.analysis._model import Localization
 from tests.test_analysis import CURVE, write_anomaly, write_trial
+
+
+def _localization(**fields: object) -> Localization:
+    """One forward non-finite localization of a float16 Cell, changed by ``fields``."""
+    base: dict = dict(
+        kind="nonfinite",
+        cell="norm",
+        cell_class="OnePassNorm",
+        phase="forward",
+        seeds=(0,),
+        n_trials=1,
+        replay_step=0,
+        input_dtype="float16",
+        output_dtype="float16",
+        max_abs=1.0,
+        fp32_max_abs=1.0,
+        rel_error=None,
+        zero_fraction=None,
+    )
+    return Localization(**{**base, **fields})
 
 
 def _sweep(root: Path, **anomaly: object) -> analysis.Analysis:
@@ -79,3 +102,19 @@ def test_replay_of_the_cell_finds_exp() -> None:
         inputs=(Tensor(np.array([[1.0, 2.0]], np.float16)),),
     )
     assert replay_inside(fine).op == ""
+
+
+def test_a_cell_whose_output_dwarfs_fp32s_is_described_by_its_magnitudes() -> None:
+    loc = _localization(max_abs=513.5, fp32_max_abs=2.74, input_max_abs=65.5, finite=True)
+    assert not overflowed_inside(loc)
+    assert "float16 output finite but max|x| 514 vs FP32 2.74" in localization_phrase(loc)
+    assert "loses precision in float16" in what_happened(
+        loc
+    ) and "overflow happened inside" not in what_happened(loc)
+    # the same magnitudes on a tensor that went non-finite: the overflow was inside the Cell
+    assert overflowed_inside(_localization(max_abs=513.5, fp32_max_abs=2.74, finite=False))
+
+
+def test_an_exp_that_overflows_float32_is_measured_against_float32s_limit() -> None:
+    loc = _localization(inner_op="exp", inner_max_abs=131.0, output_dtype="float32", input_dtype="float32")
+    assert "overflowed float32 (input max 131 > ln 3.4e38)" in inner_sentence(loc)

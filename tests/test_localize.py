@@ -21,6 +21,7 @@ WORKLOADS = Path(__file__).parent / "workloads"
 FORWARD = f"{WORKLOADS / 'forward_overflow.py'}:make"
 BACKWARD = f"{WORKLOADS / 'backward_overflow.py'}:make"
 TINY = f"{WORKLOADS / 'tiny_mlp.py'}:make"
+UPSTREAM = f"{WORKLOADS / 'upstream_precision.py'}:make"
 SEED_REPRO = "ampsweep.jobs.workloads.seed_repro:make"
 TRANSFORMER = "ampsweep.jobs.workloads.tiny_transformer:make"
 SILENT = "ampsweep.jobs.workloads.silent_norm:make"
@@ -58,6 +59,17 @@ def test_backward_only_overflow_is_localized_in_backward():
     # the same gradient in FP32 is finite but past float16's largest value
     assert row["fp32_max_abs"] > 65504
     assert "forward output finite" in row["note"]
+
+
+@pytest.mark.parametrize("placement", ["outside", "inside"])
+def test_a_cell_that_loses_precision_upstream_is_named_not_the_loss_that_overflows_on_its_output(placement):
+    config = _config(UPSTREAM, loss_placement=placement)
+    row = _one_row(localize(config, config.workload, mode="nonfinite"))
+    assert (row["cell"], row["cell_class"], row["phase"]) == ("norm", "OnePassNorm", "forward")
+    assert row["output_dtype"] == "float16" and math.isfinite(row["max_abs"])
+    assert row["max_abs"] >= 10 * row["fp32_max_abs"]  # finite, but hundreds of times FP32's
+    assert row["inner_op"] is None and row["finite"] is True
+    assert "loss_fn (SoftmaxCrossEntropyWithLogits) was the first Cell to go non-finite" in row["note"]
 
 
 def test_a_run_that_never_overflows_has_no_row():

@@ -88,6 +88,7 @@ PINNED = {
         ("inner_op", "string"),
         ("inner_max_abs", "double"),
         ("intermediate_max_abs", "double"),
+        ("finite", "bool"),
     ],
 }
 SCHEMAS = {

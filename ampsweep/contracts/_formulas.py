@@ -82,6 +82,11 @@ def required_share(fp32_spread: float = 0.0) -> float:
 FLOAT16_TINY = 2.0**-24
 #: float16's largest finite value.
 FLOAT16_MAX = 65504.0
+#: A Cell whose forward output (or input) is at least this many times FP32's at the same step
+#: went wrong there, not merely drifted: float16 rounding moves a magnitude by well under 2x
+#: (seed_repro's one-pass variance went to 461 against FP32's 2.2). Localization moves the blame
+#: to such a Cell, and the report then shows its magnitude against FP32's, not an inner overflow.
+FORWARD_BLOWUP = 10.0
 
 
 def saturated(array: np.ndarray) -> bool:

@@ -97,6 +97,7 @@ ANOMALIES_SCHEMA = pa.schema(
         ("inner_op", pa.string()),  # the op inside the Cell that overflowed first (replay of the Cell)
         ("inner_max_abs", pa.float64()),  # max |x| of that op's input (exp: its largest value)
         ("intermediate_max_abs", pa.float64()),  # max |x| of the finite intermediates inside the Cell
+        ("finite", pa.bool_()),  # the offending tensor held no inf/NaN: where precision was lost upstream
     ]
 )
 
@@ -190,5 +191,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "inner_max_abs": "largest absolute value of that function's input (for `exp`, its largest value: "
         "a large negative input gives 0, not an overflow)",
         "intermediate_max_abs": "largest finite absolute value of the intermediates inside the Cell in that replay",
+        "finite": "the offending tensor held no inf/NaN: the Cell whose output first reached 10x FP32's at the "
+        "step where a Cell after it went non-finite (precision lost here, the overflow further on); null in "
+        "sweeps written before this column",
     },
 }
