@@ -120,7 +120,8 @@ def answer_lines(
         why = cause_text(rec)
     elif rec.next_sweep is not None:
         # no answer, but the evidence says what the grid lacked: that is the change to make next
-        first = f"Keep FP32 (O0) for now; next, {rec.next_sweep.change} (report/{NEXT_SPEC_FILE})."
+        ready = f" (report/{NEXT_SPEC_FILE})" if rec.next_sweep.has_spec else ""
+        first = f"Keep FP32 (O0) for now; next, {rec.next_sweep.change}{ready}."
         why = f"Why: {rec.next_sweep.why}."
     else:
         first = "Keep FP32 (O0): no mixed-precision configuration was stable on every seed."

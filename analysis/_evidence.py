@@ -351,7 +351,9 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
         ),
         undecided=_dimension_gaps(ranking, scores, None),
         next_steps=[
-            f"{following.change} (ready to run: `report/{NEXT_SPEC_FILE}`)",
+            f"{following.change} (ready to run: `report/{NEXT_SPEC_FILE}`)"
+            if following.has_spec
+            else following.change,
             *next_steps(ranking, scores, cell),
         ],
         code=None if fp32 is None else snippets(fp32),

@@ -77,6 +77,11 @@ class NextSweep:
     grid: dict[str, list[Any]]  # the grid axes the next spec sets
     search: str | None = None  # "adaptive" when the next sweep should search
 
+    @property
+    def has_spec(self) -> bool:
+        """Whether a next sweep can be written: the grid changes or a search runs (else the fix is in the code)."""
+        return bool(self.grid) or self.search is not None
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

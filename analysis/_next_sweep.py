@@ -76,8 +76,20 @@ def diagnose(scores: pd.DataFrame, cell: Localization | None) -> NextSweep:
     if cell is not None and cell.cell_class:
         lists = _axis(scores[scores["amp_level"] != FP32_LEVEL], "black_list") or [[]]
         grown = [sorted(set(bl) | {cell.cell_class}) for bl in lists]
-        black_lists = [list(bl) for bl in lists] + [bl for bl in grown if bl not in lists]
+        added = [bl for bl in grown if bl not in [sorted(b) for b in lists]]
         what = "overflowed" if cell.kind == "nonfinite" else "departed from FP32"
+        if not added:  # every black list of the grid, with the class added, was run already
+            return NextSweep(
+                "overflow",
+                f"{cell.cell} ({cell.cell_class}) {what} first ({cell.phase}), and the grid already kept "
+                f"{cell.cell_class} in FP32 with each of its other black lists without a stable result: under "
+                "O2 and O3 MindSpore casts a black-listed Cell's output back to float16, so an output beyond "
+                "float16's range still overflows where it leaves the Cell",
+                f"change {cell.cell_class} so that its output fits float16 (for `exp`, stay in log space), "
+                "then sweep again",
+                {},
+            )
+        black_lists = [list(bl) for bl in lists] + added
         return NextSweep(
             "overflow",
             f"{cell.cell} ({cell.cell_class}) {what} first ({cell.phase}); the grid never kept "
@@ -95,11 +107,18 @@ def diagnose(scores: pd.DataFrame, cell: Localization | None) -> NextSweep:
 
 
 def next_spec(spec: dict[str, Any], sweep: NextSweep) -> dict[str, Any]:
-    """The sweep's own (resolved) spec with the change applied, under a new name."""
+    """The sweep's own (resolved) spec with the change applied, under a new name.
+
+    Black lists written out are a grid's: an adaptive sweep's next spec tests
+    them as ``search: grid`` (adaptive finds its black list itself and refuses
+    one in the grid).
+    """
     out = dict(spec)
     out["name"] = f"{spec.get('name', 'sweep')}-next"
     out["grid"] = {**dict(spec.get("grid") or {}), **sweep.grid}
     if sweep.search:
         out["search"] = sweep.search
         out["localize"] = True
+    elif "black_list" in sweep.grid and out.get("search") == "adaptive":
+        out["search"] = "grid"
     return out

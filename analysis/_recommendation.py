@@ -41,8 +41,9 @@ Schema ``ampsweep.recommendation/1``::
       "seed_picks": [{"seed": int | null, "config_id": str, "agrees": bool}],
       "undecided": [str],                 # what the sweep could not decide (gaps in the grid, seed noise)
       "next_sweep": {"cause": "underflow"|"overflow"|"no_learning", "why": str, "change": str,
-                     "grid": {...}, "search": str|null, "spec": "next-spec.yaml"} | null,
+                     "grid": {...}, "search": str|null, "spec": "next-spec.yaml"|null} | null,
                                           # no_stable_config: what the sweep lacked; the spec beside report.md
+                                          #   (null: no sweep can add it, the change is to the code)
       "next_steps": [str],                # no_stable_config: what to try next; otherwise []
       "code": Code | null,                # the recommended config; the FP32 fallback when none is stable
       "localization": Localization | null,   # the Cell that goes wrong without the change (anomalies)
@@ -143,7 +144,7 @@ def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
             "answer": list(rec.answer),
             "next_sweep": None
             if rec.next_sweep is None
-            else {**rec.next_sweep.as_dict(), "spec": NEXT_SPEC_FILE},
+            else {**rec.next_sweep.as_dict(), "spec": NEXT_SPEC_FILE if rec.next_sweep.has_spec else None},
         }
     )
 

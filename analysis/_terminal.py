@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -164,8 +165,11 @@ def render_terminal(
     if report_path is not None:
         console.print(Text(f"Report: {Path(report_path).with_name('report.html')}"), overflow="fold")
         following = Path(report_path).with_name(NEXT_SPEC_FILE)
-        if following.exists():
-            console.print(Text(f"Next sweep: ampsweep run {following}"), overflow="fold")
+        if following.exists():  # REPORT_DIR is OUT/<name>/report: the next sweep goes beside this one
+            out = shlex.quote(str(following.parent.parent.parent))
+            console.print(
+                Text(f"Next sweep: ampsweep run {shlex.quote(str(following))} --out {out}"), overflow="fold"
+            )
     if not result.ranking.empty:
         console.print()
         console.print(terminal_table(result, top))

@@ -86,10 +86,12 @@ def write_report(
     following = next(
         (k.recommendation.next_sweep for k in analysis.kinds if k.recommendation.next_sweep), None
     )
-    spec = _sweep_spec(sweep_dir) if following is not None else None
+    spec = _sweep_spec(sweep_dir) if following is not None and following.has_spec else None
     if following is not None and spec is not None:
         text = yaml.safe_dump(next_spec(spec, following), sort_keys=False)
         _atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
+    else:  # an earlier report's next spec no longer follows from this analysis
+        (target / NEXT_SPEC_FILE).unlink(missing_ok=True)
     report = target / "report.md"
     _atomic_write(report, render_markdown(analysis))
     return report

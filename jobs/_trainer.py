@@ -330,7 +330,7 @@ def run_trial(
             cache.forget(config, workload_ref)  # its state may be half-reset
         return TrialResult.failure(
             config,
-            one_line(exc),
+            _with_hint(config, exc),
             placement,
             traceback=None if isinstance(exc, UnsupportedCombination) else traceback.format_exc(),
             wall_s=time.perf_counter() - started,
@@ -367,6 +367,19 @@ def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` — what the ``error`` column holds."""
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _with_hint(config: TrialConfig, exc: BaseException) -> str:
+    """The error line, and what to do where the cause is a known limit of MindSpore's, not the user's code."""
+    line = one_line(exc)
+    if config.amp_level == "O1" and isinstance(exc, NameError):
+        # O1's rewrite regenerates each Cell's source as a new module: the globals of the
+        # user's module (a constant used in construct) are not there
+        line += (
+            " (O1 rewrites the network's code into rewritten_network/ without its module's globals: "
+            "keep such values as Cell attributes)"
+        )
+    return line
 
 
 def local_placement() -> Placement:

@@ -49,9 +49,43 @@ def _check_workload(workload: Any) -> str:
             f"Watch: workload must be a 'module:make' or 'file.py:make' string, got {workload!r}"
         )
     try:
-        return resolve_reference(workload)
+        resolved = resolve_reference(workload)
     except WorkloadError as exc:
         raise ValueError(f"Watch: {exc}") from None
+    _check_factory_name(resolved)
+    return resolved
+
+
+def _check_factory_name(reference: str) -> None:
+    """A file's factory must be defined in it: read, not imported (the file may be the running script).
+
+    Any top-level binding counts (def, class, assignment, import); a file with a
+    star import is not judged. A module reference is left to the replay, which
+    imports it anyway.
+    """
+    import ast
+
+    from ._workload import split_reference
+
+    module_part, name = split_reference(reference)
+    if not module_part.endswith(".py"):
+        return
+    tree = ast.parse(Path(module_part).read_text(encoding="utf-8", errors="replace"))
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    if name not in bound:
+        raise ValueError(
+            f"Watch: workload {reference!r}: {Path(module_part).name} defines no {name!r} at its top level"
+        )
 
 
 class Watch:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ampsweep.contracts import FP32_LEVEL, ReferenceFormError, parse_loss_scale, parse_reference
 
@@ -61,7 +69,7 @@ class Grid(BaseModel):
     clip: list[float | None] = Field(default_factory=_default_clips)
     loss_scale: list[str] = Field(default_factory=lambda: ["none"])
     dtype: list[DType] = Field(default_factory=_default_dtypes)
-    seed: list[int] = Field(default_factory=lambda: [0])
+    seed: list[StrictInt] = Field(default_factory=lambda: [0])  # strict: YAML's `true` is not seed 1
     #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
     #: hand-written loop); ``inside``: the loss cell is cast with the network
     loss_placement: list[LossPlacement] = Field(default_factory=_default_placements)

@@ -68,6 +68,7 @@ CASES = [
     ),
     ("repeated-seed", _with(grid_seed=[0, 0]), "grid.seed", "appears twice"),
     ("seed-fraction", _with(grid_seed=[1.5]), "grid.seed[0]", "integer"),
+    ("seed-boolean", _with(grid_seed=[True]), "grid.seed[0]", "integer"),
     ("black-list-not-nested", _with(grid_black_list=["Scaler"]), "grid.black_list[0]", "valid list"),
     ("unknown-layer", _with(grid_black_list=[["Scalar"]]), "grid.black_list[0][0]", "known layer types: "),
     ("name-traversal", _with(name="../escape"), "name", "letters, digits"),

@@ -55,6 +55,27 @@ def test_diverged_trials_with_underflow_numbers_still_go_to_the_black_list():
     assert sweep.cause == "overflow" and sweep.grid["black_list"][-1] == ["Dense", "ExpSoftmax"]
 
 
+def test_a_cell_the_grid_already_kept_in_fp32_everywhere_gets_no_spec_that_repeats_the_grid():
+    scores = _scores("diverged", 0.0)
+    scores["black_list"] = scores["black_list"].map(lambda b: ("ExpSoftmax",) if b else ())
+    sweep = diagnose(scores, _cell())
+    assert sweep.cause == "overflow" and "already kept ExpSoftmax in FP32" in sweep.why
+    assert sweep.grid == {} and sweep.search is None and not sweep.has_spec
+    assert "change ExpSoftmax" in sweep.change
+
+
+def test_an_adaptive_sweeps_next_black_lists_run_as_a_grid():
+    spec = {
+        "name": "ad",
+        "workload": "w.py:make",
+        "steps": 50,
+        "search": "adaptive",
+        "grid": {"amp_level": ["O2"]},
+    }
+    out = next_spec(spec, diagnose(_scores("diverged", 0.0), _cell()))
+    assert out["search"] == "grid" and out["grid"]["black_list"][-1] == ["Dense", "ExpSoftmax"]
+
+
 def test_nothing_to_go_on_is_an_adaptive_search_with_localization():
     sweep = diagnose(_scores("diverged", 0.0), None)
     assert sweep.cause == "no_learning" and sweep.search == "adaptive"

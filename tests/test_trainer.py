@@ -109,3 +109,27 @@ def test_bfloat16_on_cpu_fails_in_one_sentence():
     outcome = run_trial(_config(None, amp_level="O2", dtype="bfloat16"), LINEAR)
     assert outcome.outcome == "failed"
     assert outcome.error.count(".") == 1 and "bfloat16" in outcome.error and "CPU" in outcome.error
+
+
+def test_a_module_constant_under_o1_fails_with_what_to_do(tmp_path):
+    # O1 regenerates the network's code without its module's globals (a MindSpore limit)
+    module = tmp_path / "scaled_workload.py"
+    module.write_text(
+        "from mindspore import nn\n"
+        "from tests.linear_workload import make as base\n"
+        "FACTOR = 2.0\n"
+        "class Scaled(nn.Cell):\n"
+        "    def __init__(self, inner):\n"
+        "        super().__init__()\n"
+        "        self.inner = inner\n"
+        "    def construct(self, x):\n"
+        "        return self.inner(x) * FACTOR\n"
+        "def make(seed):\n"
+        "    w = base(seed)\n"
+        "    w.network = Scaled(w.network)\n"
+        "    return w\n"
+    )
+    reference = f"{module}:make"
+    outcome = run_trial(_config(None, amp_level="O1", workload=reference), reference)
+    assert outcome.outcome == "failed"
+    assert outcome.error.startswith("NameError") and "keep such values as Cell attributes" in outcome.error

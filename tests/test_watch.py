@@ -75,6 +75,7 @@ def _loop(watch: Any, level: str, steps: int, seed: int = 0) -> list[float]:
         ({"keep": True}, "keep must be an int >= 1, got True"),
         ({"workload": "no_colon"}, "'no_colon'"),
         ({"workload": "missing_file.py:make"}, "missing_file.py"),
+        ({"workload": OVERFLOW.replace(":make", ":nomake")}, "watch_overflow.py defines no 'nomake'"),
         ({"workload": 3}, "got 3"),
         ({"workload_args": [1]}, "got [1]"),
         ({"stop": "yes"}, "got 'yes'"),
