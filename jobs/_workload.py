@@ -217,6 +217,11 @@ def _load_module_from_file(path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise WorkloadError(f"workload: cannot import {str(path)!r}")
+    # the file imports what sits beside it, as it would run as a script (`from model import Net`);
+    # appended, not put first, so a file there never shadows an installed package
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:

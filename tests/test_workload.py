@@ -21,6 +21,14 @@ def test_file_reference_is_registered_in_sys_modules(tmp_path):
     assert load_factory(f"{copy}:make") is factory, "a second load must not create a twin module"
 
 
+def test_a_workload_file_imports_a_module_beside_it(tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "beside_model_7f3a.py").write_text(TINY.read_text())
+    (folder / "train.py").write_text("from beside_model_7f3a import make\n")
+    assert isinstance(build_workload(f"{folder / 'train.py'}:make", 0, {}), Workload)
+
+
 def test_relative_file_resolves_against_cwd_then_spec_dir(tmp_path, monkeypatch):
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "m.py").write_text(TINY.read_text())
