@@ -8,7 +8,6 @@ gives what is running now. No Ray, no MindSpore.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -16,7 +15,7 @@ import pyarrow as pa
 
 from ampsweep.contracts import PLAN_FILE, Outcome, decode_plan
 
-from ._lock import STALE_AFTER_S, read_lock
+from ._lock import is_live, read_lock
 from ._store import SweepStore
 
 _OUTCOMES = tuple(o.value for o in Outcome)
@@ -78,7 +77,7 @@ def sweep_status(location: str) -> SweepStatus:
             continue
         status.by_kind.setdefault(row["device_kind"] or "", Counter())[row["outcome"]] += 1
     lock = read_lock(store)
-    if lock is not None and time.time() - lock.heartbeat < STALE_AFTER_S:
+    if lock is not None and is_live(lock):  # a driver killed with -9 left its lock behind
         status.running = list(lock.running)
         status.driver = lock.describe()
     return status

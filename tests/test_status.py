@@ -1,0 +1,39 @@
+"""``ampsweep status``: who is running a sweep folder, read from its lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ampsweep.sweep._lock import DriverLock
+from ampsweep.sweep._status import sweep_status
+from ampsweep.sweep._store import SweepStore
+
+
+def _lock_of(pid: int, root: Path) -> None:
+    (root / "s" / "trials").mkdir(parents=True)  # a sweep folder with nothing committed yet
+    lock = DriverLock(SweepStore(str(root), "s"))
+    lock.info.pid = pid
+    lock.beat(["abc123"], force=True)  # a fresh heartbeat: only the pid can tell
+
+
+def test_a_driver_killed_with_its_lock_in_place_is_not_shown_as_running(tmp_path: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    _lock_of(int(gone.stdout), tmp_path)
+    status = sweep_status(str(tmp_path / "s"))
+    assert status.driver is None and status.running == []
+
+
+def test_a_live_driver_is_shown_with_what_it_runs(tmp_path: Path) -> None:
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock_of(alive.pid, tmp_path)
+        status = sweep_status(str(tmp_path / "s"))
+        assert status.driver is not None and f"pid {alive.pid}" in status.driver
+        assert status.running == ["abc123"]
+    finally:
+        alive.kill()
+        alive.wait()
