@@ -19,8 +19,12 @@ import pandas as pd
 
 from . import _classes as cls
 from ._classes import num, pct
+from ._criteria import CRITERIA
 from ._load import black_list_label
 from ._rank import config_key, runs, unstable_phrase
+
+#: the number the report's rules give the clip-rate criterion (they are numbered in CRITERIA order)
+_CLIP_RULE = next(i for i, c in enumerate(CRITERIA, start=1) if c.name == "clip_class")
 
 _WORKING = (cls.TIER_STABLE, cls.TIER_FP32)
 _BROKEN = (cls.TIER_UNSTABLE, cls.TIER_SILENT)
@@ -177,7 +181,7 @@ def _clip_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[
             text += f" ({versus})"
         same_tier = other["tier"] == best["tier"]
         if same_tier and math.isinf(value):
-            text += "; clipping is not needed for stability here, it ranks lower on rule 3 (clip rate)"
+            text += f"; clipping is not needed for stability here, it ranks lower on rule {_CLIP_RULE} (clip rate)"
         elif same_tier and math.isinf(here):
             text += "; clipping does not change stability here"
         elif not same_tier and other["tier"] in _BROKEN:

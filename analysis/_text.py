@@ -309,7 +309,8 @@ def _failures(a: SweepAnalysis) -> Section:
     section.blocks.append(Bullets(tuple(items)) if items else Paragraph("No trial failed with an exception."))
     if len(diverged):
         rows = [
-            f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} seed {row.seed}: first non-finite step "
+            f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} clip={clip_text(row.clip)} seed {row.seed}: "
+            "first non-finite step "
             + ("-" if pd.isna(row.first_nonfinite) else str(int(row.first_nonfinite)))
             for row in diverged.head(50).itertuples(index=False)
         ]

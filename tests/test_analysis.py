@@ -21,6 +21,7 @@ import pytest
 
 from ampsweep import analysis
 from ampsweep.analysis import _code, _steps
+from ampsweep.analysis._criteria import rules_text
 from ampsweep.contracts import (
     PLAN_FILE,
     STEPS_SCHEMA,
@@ -639,6 +640,9 @@ def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
     assert by_relation["clip_smaller"]["clip_label"] == "threshold too small"
     assert by_relation["clip_larger"]["config"]["clip"] is None
     assert "clipping is not needed for stability" in by_relation["clip_larger"]["text"]
+    # the rule it names is the clip-rate rule as the report numbers its rules
+    clip_rule = next(i for i, rule in enumerate(rules_text(), start=1) if rule.startswith("Clip rate"))
+    assert f"rule {clip_rule} (clip rate)" in by_relation["clip_larger"]["text"]
     without = by_relation["black_list_without"]
     assert without["class"] == "Norm" and without["stability"] == "unstable" and without["n_diverged"] == 3
     assert "keeping Norm in float32 is what makes this configuration work" in without["text"]
@@ -954,3 +958,9 @@ def test_the_fp32_profile_a_run_wrote_is_a_report_section(tmp_path: Path) -> Non
     assert "passes 65504 near step 1,761" in section and "loss scale this profile calls for: none" in section
     (root / "profile.json").write_text("not json")
     assert "float16 headroom" not in analysis.render_markdown(analysis.analyze(root)), "unreadable: left out"
+
+
+def test_diverged_trials_are_listed_with_their_clip(ranked: analysis.SweepAnalysis) -> None:
+    text = analysis.render_markdown(ranked)
+    listed = text[text.index("Diverged trials") :].split("\n\n")[1].splitlines()
+    assert listed and all(" clip=" in line and "first non-finite step" in line for line in listed)
