@@ -19,12 +19,20 @@ report writer writes ``next_spec`` as ``report/next-spec.yaml``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, UNDERFLOW_EVIDENCE, Verdict, static_scale_for
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    UNDERFLOW_EVIDENCE,
+    ReferenceFormError,
+    Verdict,
+    parse_reference,
+    static_scale_for,
+)
 
 from ._model import Localization, NextSweep
 
@@ -106,14 +114,33 @@ def diagnose(scores: pd.DataFrame, cell: Localization | None) -> NextSweep:
     )
 
 
-def next_spec(spec: dict[str, Any], sweep: NextSweep) -> dict[str, Any]:
+def _absolute_workload(reference: Any, spec_dir: Path) -> Any:
+    """A workload file named relative to the run's folder or the spec's, as the absolute path it meant."""
+    try:
+        parsed = parse_reference(str(reference))
+    except ReferenceFormError:
+        return reference
+    path = Path(parsed.module).expanduser()
+    if not parsed.module.endswith(".py") or path.is_absolute():
+        return reference
+    for base in (Path.cwd(), spec_dir):  # the order the sweep itself resolved it in
+        if (base / path).is_file():
+            return f"{(base / path).resolve()}:{parsed.attr}"
+    return reference
+
+
+def next_spec(spec: dict[str, Any], sweep: NextSweep, spec_dir: str | Path | None = None) -> dict[str, Any]:
     """The sweep's own (resolved) spec with the change applied, under a new name.
 
     Black lists written out are a grid's: an adaptive sweep's next spec tests
     them as ``search: grid`` (adaptive finds its black list itself and refuses
-    one in the grid).
+    one in the grid). With ``spec_dir`` (the folder of the spec the sweep ran
+    from), a relative workload file becomes absolute: the next spec lives in
+    ``report/``, where a relative path would name nothing.
     """
     out = dict(spec)
+    if spec_dir is not None and "workload" in out:
+        out["workload"] = _absolute_workload(out["workload"], Path(spec_dir))
     out["name"] = f"{spec.get('name', 'sweep')}-next"
     out["grid"] = {**dict(spec.get("grid") or {}), **sweep.grid}
     if sweep.search:

@@ -58,6 +58,8 @@ def write_report(
     out_dir: str | Path | None = None,
     analysis: SweepAnalysis | None = None,
     images: list[list[FigureImage]] | None = None,
+    *,
+    spec_dir: str | Path | None = None,
 ) -> Path:
     """Write ``ranking.csv``, ``report.md``, ``report.html`` and
     ``recommendation.json``; return the path of ``report.md``.
@@ -67,7 +69,10 @@ def write_report(
     already in hand instead of reading the sweep again; ``images``, that
     analysis's figures (:func:`analysis._figures.report_figures`) drawn
     already. Each figure is drawn once: report.html embeds it and
-    ``failure.png`` is the same image.
+    ``failure.png`` is the same image. ``spec_dir``, the folder of the spec
+    the sweep was run from (known to ``ampsweep run``): a workload file named
+    relative to it is written into ``next-spec.yaml`` as an absolute path, so
+    the next spec runs from anywhere.
     """
     if out_dir is None and "://" in str(sweep_dir):
         raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")
@@ -88,7 +93,7 @@ def write_report(
     )
     spec = _sweep_spec(sweep_dir) if following is not None and following.has_spec else None
     if following is not None and spec is not None:
-        text = yaml.safe_dump(next_spec(spec, following), sort_keys=False)
+        text = yaml.safe_dump(next_spec(spec, following, spec_dir), sort_keys=False)
         _atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
     else:  # an earlier report's next spec no longer follows from this analysis
         (target / NEXT_SPEC_FILE).unlink(missing_ok=True)

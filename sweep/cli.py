@@ -166,7 +166,7 @@ def _finish_local(
     def report() -> tuple[Any, Path]:
         result, images = _beside(analysis_and_figures, lambda: _write_profile(sweep, root, spec_path, run))
         result.profile = read_profile(root)  # written by now (or never): the analysis may predate it
-        return result, write_report(root, analysis=result, images=images)
+        return result, write_report(root, analysis=result, images=images, spec_dir=Path(spec_path).parent)
 
     result, path = while_ray_stops(report)
     _print_answer(result, top, path)

@@ -121,3 +121,18 @@ def test_a_grid_without_a_scale_axis_names_loss_scaling_and_its_next_spec_answer
     Sweep(following).run(tmp_path, RunConfig(workers=2, progress=False))
     best = analyze(tmp_path / following["name"]).recommended
     assert best is not None and best["amp_level"] == "O2" and best["loss_scale"] != "none"
+
+
+def test_a_relative_workload_file_becomes_absolute_so_the_next_spec_runs_from_anywhere(tmp_path, monkeypatch):
+    (tmp_path / "specs" / "wl").mkdir(parents=True)
+    (tmp_path / "specs" / "wl" / "w.py").write_text("def make(seed):\n    pass\n")
+    monkeypatch.chdir(tmp_path)  # the run's folder: the file is found beside the spec instead
+    spec = {"name": "uf", "workload": "wl/w.py:make", "steps": 5, "grid": {"amp_level": ["O2"]}}
+    sweep = diagnose(_scores("silent", 0.98), None)
+    out = next_spec(spec, sweep, tmp_path / "specs")
+    assert out["workload"] == f"{(tmp_path / 'specs' / 'wl' / 'w.py').resolve()}:make"
+    assert next_spec(spec, sweep)["workload"] == "wl/w.py:make", (
+        "without the spec's folder it stays as written"
+    )
+    module = {**spec, "workload": "ampsweep.jobs.workloads.tiny_loss:make"}
+    assert next_spec(module, sweep, tmp_path)["workload"] == module["workload"]
