@@ -69,9 +69,33 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
                     name,
                     f"known layer types: {own} (or any Cell class in mindspore.nn)",
                 )
+    _check_enough_batches(spec, workload.batches)
     in_network = set(network_cell_types([workload.network]))
     in_loss = set(network_cell_types([workload.loss_fn]))
     starts = Starts(spec, workload, spec_dir)
     return WorkloadFacts(
         reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network), starts
     )
+
+
+def _check_enough_batches(spec: SweepSpec, batches: object) -> None:
+    """A list or tuple of batches shorter than a trial: known now, so refused now, before anything is written.
+
+    A trial draws one batch per step and fails when a plain iterable ends (a
+    dataset pipeline is repeated over epochs, a generator's length is unknown);
+    a forked trial also draws the batches of its prefix, which a factory that
+    takes ``start_step`` skips itself, so forks are left to the trial.
+    """
+    if spec.start_from is not None or not isinstance(batches, (list, tuple)):
+        return
+    longest = spec.steps * (spec.confirm.steps_factor if spec.search == "adaptive" else 1)
+    if len(batches) < longest:
+        what = f"{spec.steps} steps" + (
+            " (its confirmation round trains longer)" if longest > spec.steps else ""
+        )
+        raise SpecError(
+            "steps",
+            spec.steps,
+            f"the workload's batches are a {type(batches).__name__} of {len(batches)} and a trial needs "
+            f"{longest} for {what}; ask for fewer steps, or yield batches without end",
+        )

@@ -34,6 +34,14 @@ def _with(**changes) -> dict:
 _DROP = object()
 RAISING = "raise RuntimeError('cannot find the dataset on /data')\n"
 WRONG_TYPE = "def make(seed):\n    return {'network': None}\n"
+SHORT = (
+    "from tests.linear_workload import make as base\n"
+    "def make(seed):\n"
+    "    w = base(seed)\n"
+    "    w.batches = [next(iter(w.batches))] * 3\n"
+    "    return w\n"
+)
+FILES = {"raising.py": RAISING, "short.py": SHORT}
 
 #: (id, spec mapping or raw text, field the message must start with, words it must contain)
 CASES = [
@@ -102,6 +110,7 @@ CASES = [
     ("abort-after-zero", _with(abort_after=0), "abort_after", "greater than 0"),
     ("max-attempts-zero", _with(max_attempts=0), "max_attempts", "greater than 0"),
     ("layer-every-negative", _with(layer_every=-5), "layer_every", "greater than 0"),
+    ("batches-fewer-than-steps", "short.py", "steps", "a list of 3 and a trial needs 5"),
 ]
 
 
@@ -109,7 +118,7 @@ CASES = [
 def test_bad_spec_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, spec, field, words):
     path = tmp_path / "spec.yaml"
     if isinstance(spec, str) and spec.endswith(".py"):
-        (tmp_path / spec).write_text(RAISING if spec == "raising.py" else WRONG_TYPE)
+        (tmp_path / spec).write_text(FILES.get(spec, WRONG_TYPE))
         spec = _with(workload=f"{spec}:make")
     path.write_text(spec if isinstance(spec, str) else yaml.safe_dump(spec))
     out = tmp_path / "out"
