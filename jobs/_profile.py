@@ -94,6 +94,8 @@ def passes_max_at(history: list[tuple[int, float]], horizon: int) -> int | None:
     still far below it (:data:`EXTRAPOLATE_FROM`), or would pass it only
     beyond ``horizon``.
     """
+    if any(m >= FLOAT16_MAX for _, m in history):
+        return None  # a sample passed it already: a forecast would contradict the profile's own maximum
     points = [(s, m) for s, m in history if m > 0]
     points = points[len(points) // 2 :]
     if len(points) < 3 or not EXTRAPOLATE_FROM <= points[-1][1] < FLOAT16_MAX:

@@ -126,6 +126,9 @@ def test_growth_is_extrapolated_to_65504_only_when_it_grows_and_is_near():
     assert passes_max_at([(s, 5000.0) for s in range(0, 400, 25)], horizon=4000) is None  # flat
     small = [(s, EXTRAPOLATE_FROM / 100 * 2 ** (s / 100)) for s in range(0, 400, 25)]
     assert passes_max_at(small, horizon=10**6) is None  # logits early on: not a forecast
+    # one sample already past 65504 (the maximum the profile shows), the last ones below it again
+    peaked = [*growing[:8], (200, 70000.0), *[(225 + 25 * k, 20000.0 * 1.15**k) for k in range(7)]]
+    assert passes_max_at(peaked, horizon=4000) is None
 
 
 def _cell(risk_values: dict) -> CellProfile:
