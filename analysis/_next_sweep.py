@@ -30,6 +30,7 @@ from ampsweep.contracts import (
     UNDERFLOW_EVIDENCE,
     ReferenceFormError,
     Verdict,
+    locate_file,
     parse_reference,
     static_scale_for,
 )
@@ -120,13 +121,8 @@ def _absolute_workload(reference: Any, spec_dir: Path) -> Any:
         parsed = parse_reference(str(reference))
     except ReferenceFormError:
         return reference
-    path = Path(parsed.module).expanduser()
-    if not parsed.module.endswith(".py") or path.is_absolute():
-        return reference
-    for base in (Path.cwd(), spec_dir):  # the order the sweep itself resolved it in
-        if (base / path).is_file():
-            return f"{(base / path).resolve()}:{parsed.attr}"
-    return reference
+    found = locate_file(parsed, spec_dir) if parsed.is_file else None
+    return reference if found is None else str(found)
 
 
 def next_spec(spec: dict[str, Any], sweep: NextSweep, spec_dir: str | Path | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ampsweep.contracts import ReferenceFormError, parse_reference
+from ampsweep.contracts import ReferenceFormError, WorkloadReference, locate_file, parse_reference
 
 
 @dataclass
@@ -247,14 +247,10 @@ def resolve_reference(reference: str, base_dir: Path | None = None) -> str:
     if not module_part.endswith(".py"):
         _refuse_old_builtin(module_part, attr)
         return reference
-    path = Path(module_part).expanduser()
-    candidates = [path] if path.is_absolute() else [Path.cwd() / path]
-    if base_dir is not None and not path.is_absolute():
-        candidates.append(base_dir / path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return f"{candidate.resolve()}:{attr}"
-    raise WorkloadError(f"workload: file {module_part!r} does not exist")
+    found = locate_file(WorkloadReference(module_part, attr), base_dir)
+    if found is None:
+        raise WorkloadError(f"workload: file {module_part!r} does not exist")
+    return str(found)
 
 
 def load_factory(reference: str) -> Callable[..., Workload]:

@@ -57,7 +57,7 @@ from ._loss_scale import (
     static_scale_for,
 )
 from ._plan import PlanEntry, decode_plan, encode_plan
-from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, parse_reference
+from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, locate_file, parse_reference
 from ._search import (
     CONFIRM_FOLDER,
     SEARCH_FILE,
@@ -145,6 +145,7 @@ __all__ = [
     "is_data_file",
     "parse_loss_scale",
     "static_scale_for",
+    "locate_file",
     "parse_reference",
     "part_path",
     "partition_value",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 REFERENCE_FORM = "'package.module:make' or 'path/to/file.py:make'"
 
@@ -35,3 +36,19 @@ def parse_reference(text: str) -> WorkloadReference:
     if not sep or not module or not attr.isidentifier():
         raise ReferenceFormError(f"workload must be {REFERENCE_FORM}")
     return WorkloadReference(module, attr)
+
+
+def locate_file(reference: WorkloadReference, base_dir: Path | None = None) -> WorkloadReference | None:
+    """A file reference with its absolute path; None when no such file exists.
+
+    A relative path is looked up against the working directory first, then
+    against ``base_dir`` (the spec's folder): the order every process that
+    resolves a spec's workload uses.
+    """
+    path = Path(reference.module).expanduser()
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = [Path.cwd() / path] + ([base_dir / path] if base_dir is not None else [])
+    found = next((c for c in candidates if c.is_file()), None)
+    return None if found is None else reference.with_module(str(found.resolve()))
