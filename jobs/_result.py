@@ -8,7 +8,7 @@ commits. Tables travel as Arrow, so the driver writes them without copying.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -77,6 +77,22 @@ class TrialResult:
             wall_s=wall_s,
             error=error,
             traceback=traceback,
+        )
+
+    def copied_as(self, config: TrialConfig) -> TrialResult:
+        """This result as the result of ``config``, a trial that computes exactly what this one did.
+
+        Its tables are this trial's (they carry no trial id: the folder names
+        it); it took no time of its own, so its clock stops where this one's did.
+        """
+        return replace(
+            self,
+            config=config,
+            compile_s=0.0,
+            wall_s=0.0,
+            diagnose_s=0.0,
+            snapshot=None,
+            started_at=self.finished_at,
         )
 
     def trial_row(self, *, sweep: str, equivalent_to: str | None, attempts: int) -> pa.Table:

@@ -52,13 +52,14 @@ class DispatchOptions:
     #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
     #: starts the next the moment it finishes instead of after a round trip to the driver
     depth: int = 2
-    #: trials that compute what another trial does (``SweepPlan.equivalent_to``): cheap evidence
-    #: that the equivalence holds, so they run after the others, where they fill the gaps
+    #: trials that compute what another trial does (``SweepPlan.equivalent_to``) on a graph of their
+    #: own (those on their twin's graph are copied, ``SweepPlan.copies``): they run after the others
     run_last: frozenset[str] = frozenset()
 
 
 class Dispatcher:
-    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial.
+    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial
+    and says how many trials it committed (those copied from it too).
 
     The driver's work per trial does not depend on the cluster's size: a
     finished call arrives on ``actors.completions`` (no wait over every call
@@ -71,7 +72,7 @@ class Dispatcher:
         slots: list[Slot],
         pending: list[TrialConfig],
         options: DispatchOptions,
-        commit: Callable[[TrialResult, int], None],
+        commit: Callable[[TrialResult, int], int],
         bar: SweepProgress,
         heartbeat: Callable[[list[str]], None],
         committed_before: int,
@@ -228,8 +229,7 @@ class Dispatcher:
         self._record(result)
 
     def _record(self, result: TrialResult) -> None:
-        self._commit(result, self.attempts.get(result.trial_id, 1))
-        self.committed += 1
+        self.committed += self._commit(result, self.attempts.get(result.trial_id, 1))
         self.bar.finished(Outcome(result.outcome).value)
 
     def _judge_early(self, early: list[TrialResult]) -> None:

@@ -60,8 +60,8 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
     O0 casts nothing, so under O0 the black list and the low-precision dtype
     change nothing. Under ``loss_placement: outside`` the loss cell is never
     cast, so black-listing a class that lives only in the loss (``loss_classes``)
-    changes nothing either. Those trials still run (cheap evidence that the
-    equivalence holds) but the ranking must not count them twice.
+    changes nothing either. The ranking must not count those trials twice; the
+    ones on their twin's compiled graph are not even trained (``SweepPlan.copies``).
     """
     by_id = {t.trial_id: t for t in trials}
     result = _o0_equivalents(trials, by_id)

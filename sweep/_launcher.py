@@ -169,8 +169,10 @@ def drive_trials(
     for the actors (``actors``; Ray's own by default) and ``watch``.
     """
     done = len(plan) - len(pending)
+    copies = plan.copies(pending)
+    copied = {config.trial_id for same in copies.values() for config in same}
 
-    def commit(trial: TrialResult, attempts: int) -> None:
+    def commit_one(trial: TrialResult, attempts: int) -> None:
         store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
         outcome = Outcome(trial.outcome).value
         result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
@@ -192,11 +194,22 @@ def drive_trials(
             flush=True,
         )
     with SweepProgress(len(plan), done, run.progress) as bar:
+
+        def commit(trial: TrialResult, attempts: int) -> int:
+            commit_one(trial, attempts)
+            same = copies.pop(trial.trial_id, ())
+            for config in same:  # right after their twin, in its commit
+                commit_one(trial.copied_as(config), 0)
+                bar.finished(Outcome(trial.outcome).value)
+            result.copied += len(same)
+            return 1 + len(same)
+
         finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
         baselines = store.baselines(plan.trials, finished)
         tail = _profile_call(plan, workload_ref, forks) if run.profile else None
+        to_train = [t for t in pending if t.trial_id not in copied]
         dispatcher = Dispatcher(
-            slots, pending, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
+            slots, to_train, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
         )
         dispatcher.run(watch)
     if tail is not None and tail.sent:

@@ -49,6 +49,24 @@ class SweepPlan:
     def __len__(self) -> int:
         return len(self.trials)
 
+    def copies(self, pending: list[TrialConfig]) -> dict[str, tuple[TrialConfig, ...]]:
+        """Pending trials whose results are copied from a pending twin instead of trained, by twin.
+
+        Only an equivalent trial on its twin's compiled graph (a black list,
+        dtype or loss placement under O0): the same graph, seed, clip, data and
+        start compute the same numbers, so training it again would only show
+        that a CPU run repeats. An equivalent on a graph of its own (a loss-only
+        class under ``loss_placement: outside``), or one whose twin is already
+        committed (a resumed run), is trained as usual.
+        """
+        by_id = {t.trial_id: t for t in pending}
+        copies: dict[str, tuple[TrialConfig, ...]] = {}
+        for trial in pending:
+            twin = by_id.get(self.equivalent_to.get(trial.trial_id, ""))
+            if twin is not None and twin.graph_id == trial.graph_id:
+                copies[twin.trial_id] = (*copies.get(twin.trial_id, ()), trial)
+        return copies
+
     def entries(self) -> list[PlanEntry]:
         return [
             PlanEntry(t.trial_id, t.graph_id, t.label, self.equivalent_to.get(t.trial_id))

@@ -8,7 +8,7 @@ that hold it may finish its trials before a new compile would be done; the
 actor then waits). FP32 trials go before mixed-precision ones, so every
 seed's baseline is known early and a broken workload shows at once; trials
 that only confirm an equivalence (``run_last``: the same computation as
-another trial) go after both, where they fill the gaps at the end. A forked
+another trial on a graph of its own) go after both, where they fill the gaps at the end. A forked
 trial waits until its snapshot exists and is not in line before that.
 
 A scan of the whole queue for every dispatch made the driver's cost per trial

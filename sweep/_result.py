@@ -27,6 +27,8 @@ class SweepResult:
     skipped: int
     ran: int
     outcomes: dict[str, int] = field(default_factory=dict)
+    #: of ``ran``, the trials whose results were copied from an equivalent twin (``SweepPlan.copies``)
+    copied: int = 0
     #: the FP32 profile a worker ran at the sweep's end (``RunConfig.profile``), or why there is none
     profile: Profile | None = None
     profile_error: str | None = None
@@ -38,6 +40,7 @@ class SweepResult:
     def add_run(self, other: SweepResult) -> None:
         """Count another run's trials into this one (a search runs many)."""
         self.ran += other.ran
+        self.copied += other.copied
         for outcome, count in other.outcomes.items():
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + count
 

@@ -256,6 +256,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # a lost cluster can make Ray's own exit handlers wait forever: leave now
         os._exit(stop.exit_code)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
+    if result.copied:
+        counts += f"; {result.copied} equivalent to another, copied from it"
     done = f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     if not result.is_local:
         print(done)

@@ -101,12 +101,43 @@ def test_the_profile_goes_once_to_the_first_actor_the_queue_leaves_idle(tmp_path
 
 
 def test_the_profile_goes_out_before_the_trials_that_only_confirm_an_equivalence(tmp_path):
-    # O0 casts nothing: its black-listed trials compute what O0 without one does; they run last,
-    # beside the profile, instead of the profile waiting for them
+    # O0 casts nothing: its black-listed trials compute what O0 without one does; they are copied
+    # from that trial, never trained, so the profile goes out once the others are handed out
     actors = _Profiled()
     plan, result = _drive(tmp_path, 2, actors, profile=True, black_list=[[], ["Dense"]], seed=[0, 1, 2])
     assert len(plan.equivalent_to) == 3 and result.ran == len(plan) == 12
     assert actors.profiled_after == [len(plan) - len(plan.equivalent_to)]
+
+
+def test_trials_equivalent_on_their_twins_graph_are_copied_not_trained(tmp_path):
+    # O0 casts nothing: with ["Dense"] it is the same graph, seed, clip and data as without
+    actors = InProcessActors()
+    plan, result = _drive(tmp_path, 2, actors, black_list=[[], ["Dense"]], seed=[0, 1, 2])
+    assert actors.calls == len(plan) - 3 and result.ran == len(plan) == 12 and result.copied == 3
+    trials = pd.read_parquet(tmp_path / "loop" / "trials").set_index("trial_id")
+    steps = pd.read_parquet(tmp_path / "loop" / "steps")
+    assert len(trials) == 12
+    for copy, twin in plan.equivalent_to.items():
+        assert trials.loc[copy, "attempts"] == 0 and trials.loc[copy, "wall_s"] == 0.0
+        assert trials.loc[copy, "outcome"] == trials.loc[twin, "outcome"]
+        assert trials.loc[copy, "final_loss"] == trials.loc[twin, "final_loss"]
+        mine, theirs = (steps[steps["trial_id"] == t].drop(columns="trial_id") for t in (copy, twin))
+        assert mine.reset_index(drop=True).equals(theirs.reset_index(drop=True))
+
+
+def test_an_equivalent_trial_whose_twin_is_already_committed_is_trained(tmp_path):
+    plan = Sweep(
+        {
+            "name": "resumed",
+            "workload": f"{NOOP}:make",
+            "steps": 1,
+            "grid": {"amp_level": ["O0"], "black_list": [[], ["Dense"]], "seed": [0]},
+            "devices": "ascend",
+        }
+    ).plan()
+    ((copy, twin),) = plan.equivalent_to.items()
+    assert plan.copies(plan.trials) == {twin: tuple(t for t in plan.trials if t.trial_id == copy)}
+    assert plan.copies([t for t in plan.trials if t.trial_id != twin]) == {}
 
 
 class _Depths(InProcessActors):

@@ -38,7 +38,10 @@ TRIALS_SCHEMA = pa.schema(
         ("node", pa.string()),
         ("device_id", pa.string()),  # id Ray assigned, empty on cpu
         ("worker_index", pa.int64()),
-        ("attempts", pa.int64()),  # workers that started this trial (>1 after a worker died)
+        (
+            "attempts",
+            pa.int64(),
+        ),  # workers that started it (>1 after a worker died; 0: copied from equivalent_to)
         ("mindspore_version", pa.string()),
         ("device_target", pa.string()),  # what MindSpore computed on: CPU | GPU | Ascend
         ("finished_at", pa.timestamp("ms", tz="UTC")),
@@ -131,16 +134,16 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "first_nonfinite_step": "first global step with a non-finite loss; null = always finite",
         "final_loss": "mean finite loss over the last 10 % of steps run",
         "target_loss": "the workload's `target_loss`, or null",
-        "equivalent_to": "`trial_id` this trial computes the same as (a black list or dtype under O0), or null",
+        "equivalent_to": "`trial_id` this trial computes the same as (a black list or dtype under O0), or null; on that trial's graph its rows are that trial's, copied (`attempts` 0)",
         "error": "exception type and first line, for `failed`",
         "traceback": "full traceback, for `failed`",
-        "wall_s": "seconds, whole trial on the worker",
+        "wall_s": "seconds, whole trial on the worker (0 for a copy: `attempts` 0)",
         "compile_s": "seconds of compilation (first step's time minus a median step)",
         "device_kind": "`cpu`, `gpu` or `ascend`",
         "node": "Ray node id (first 12 characters)",
         "device_id": "visible device id Ray assigned; empty on CPU",
         "worker_index": "index of the actor's device slot",
-        "attempts": "workers that started this trial (more than 1 after a worker died mid-trial)",
+        "attempts": "workers that started this trial (more than 1 after a worker died mid-trial; 0: not trained, copied from `equivalent_to`)",
         "mindspore_version": "MindSpore version of the worker that ran it",
         "device_target": "what MindSpore computed on: `CPU`, `GPU` or `Ascend`",
         "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",
