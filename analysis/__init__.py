@@ -20,19 +20,68 @@ only their own output. The public surface::
 
 from __future__ import annotations
 
-from ._code import snippets
-from ._criteria import CRITERIA, TIE_RULE
-from ._csv import RANKING_COLUMNS, ranking_csv
-from ._html import render_html
-from ._load import load_trials
-from ._markdown import render_markdown
-from ._model import FigureData, Fp32Reference, KindAnalysis, Localization, Recommendation, SweepAnalysis
-from ._public import Analysis, analyze, top_configs
-from ._recommendation import SCHEMA as RECOMMENDATION_SCHEMA
-from ._recommendation import recommendation_json
-from ._scores import trial_scores, trial_verdicts
-from ._terminal import render_terminal, terminal_table
-from ._writer import write_report
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._code import snippets
+    from ._criteria import CRITERIA, TIE_RULE
+    from ._csv import RANKING_COLUMNS, ranking_csv
+    from ._html import render_html
+    from ._load import load_trials
+    from ._markdown import render_markdown
+    from ._model import FigureData, Fp32Reference, KindAnalysis, Localization, Recommendation, SweepAnalysis
+    from ._public import Analysis, analyze, top_configs
+    from ._recommendation import SCHEMA as RECOMMENDATION_SCHEMA
+    from ._recommendation import recommendation_json
+    from ._scores import trial_scores, trial_verdicts
+    from ._terminal import render_terminal, terminal_table
+    from ._writer import write_report
+
+#: public name -> (the private module that owns it, its name there). Loaded on first use: the CLI
+#: forks its draw helper (``_draw_helper``) before Ray starts, and importing this package's
+#: modules eagerly (pandas, the renderers) held Ray's start back by about 0.4 s on 2 cores.
+_OWNERS: dict[str, tuple[str, str]] = {
+    "snippets": ("._code", "snippets"),
+    "CRITERIA": ("._criteria", "CRITERIA"),
+    "TIE_RULE": ("._criteria", "TIE_RULE"),
+    "RANKING_COLUMNS": ("._csv", "RANKING_COLUMNS"),
+    "ranking_csv": ("._csv", "ranking_csv"),
+    "render_html": ("._html", "render_html"),
+    "load_trials": ("._load", "load_trials"),
+    "render_markdown": ("._markdown", "render_markdown"),
+    "FigureData": ("._model", "FigureData"),
+    "Fp32Reference": ("._model", "Fp32Reference"),
+    "KindAnalysis": ("._model", "KindAnalysis"),
+    "Localization": ("._model", "Localization"),
+    "Recommendation": ("._model", "Recommendation"),
+    "SweepAnalysis": ("._model", "SweepAnalysis"),
+    "Analysis": ("._public", "Analysis"),
+    "analyze": ("._public", "analyze"),
+    "top_configs": ("._public", "top_configs"),
+    "RECOMMENDATION_SCHEMA": ("._recommendation", "SCHEMA"),
+    "recommendation_json": ("._recommendation", "recommendation_json"),
+    "trial_scores": ("._scores", "trial_scores"),
+    "trial_verdicts": ("._scores", "trial_verdicts"),
+    "render_terminal": ("._terminal", "render_terminal"),
+    "terminal_table": ("._terminal", "terminal_table"),
+    "write_report": ("._writer", "write_report"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its owner the first time it is asked for."""
+    if name not in _OWNERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _OWNERS[name]
+    value = getattr(importlib.import_module(module, __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
 
 __all__ = [
     "CRITERIA",

@@ -94,7 +94,7 @@ EXPECTED: dict[str, list[str]] = {
     "bench_vs_tune": [
         "## Against Ray Tune (bench_vs_tune)",
         "End-to-end wall time",
-        "**Bytes per 1000 steps**",
+        "**Bytes per 1000 rows**",
         "### Where the difference comes from",
     ],
 }
