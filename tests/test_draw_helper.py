@@ -125,3 +125,17 @@ def test_the_command_is_single_threaded_where_it_forks_the_helper() -> None:
     code = "import threading, ampsweep.sweep.cli, ampsweep.analysis._draw_helper\nprint(threading.active_count())"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "1", done.stderr[-2000:]
+
+
+def test_forking_the_helper_does_not_load_the_analysis_before_ray_starts():
+    # the CLI forks it before ray.init: pandas and the renderers imported first held Ray's start back
+    code = (
+        "import sys, ampsweep.sweep.cli, ampsweep.analysis._draw_helper; "
+        "print(sorted(m for m in ('pandas', 'matplotlib', 'ampsweep.analysis._public') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    # the public names still come from the package, loaded on first use
+    code = "from ampsweep.analysis import RECOMMENDATION_SCHEMA, analyze; print(analyze.__module__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "ampsweep.analysis._public"
