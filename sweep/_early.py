@@ -105,11 +105,11 @@ def validate_while_ray_starts(
     Joining an existing cluster (``--address`` or ``RAY_ADDRESS``) needs the
     workload's location first (its folder may travel as the runtime_env), so
     that case validates first and leaves Ray to ``run_sweep``. ``meanwhile``
-    runs on the checker thread once the spec is valid, while Ray still starts,
-    and is not waited for: the actors start as soon as Ray and the check are
-    done. (Waited for, the report's warm-up outlasted ``ray.init`` in 2 of 3
-    demo starts and held the actors back by up to 0.85 s.)
-    (the CLI loads the report's plotting there); its failure is ignored.
+    runs on the checker thread once the spec is valid, while Ray still starts
+    (the CLI loads the report's plotting there); its failure is ignored, and
+    it is not waited for: the actors start as soon as Ray and the check are
+    done. Waited for, the report's warm-up outlasted ``ray.init`` in 2 of 3
+    demo starts and held the actors back by up to 0.85 s.
     """
     # Chosen before Ray loads protobuf, MindSpore's import (about a second) can run on the
     # checker thread beside Ray's start instead of before it.
