@@ -136,7 +136,7 @@ class Dispatcher:
 
     # trials ---------------------------------------------------------------
     def _take_for(self, slot: Slot) -> tuple[TrialConfig, Hint] | None:
-        config = self.queue.take(slot.graphs, self._baseline_at_hand)
+        config = self.queue.take(slot.graphs)
         if config is None:
             return None  # every queued trial waits for a snapshot; a finished prefix dispatches again
         hint = self.baselines.hint(config)
@@ -146,9 +146,6 @@ class Dispatcher:
             return None
         self.queue.hold(slot.graphs, config.graph_id)
         return config, hint
-
-    def _baseline_at_hand(self, config: TrialConfig) -> bool:
-        return self.baselines.hint(config) is not None
 
     def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
         """Give ``slot`` trials until it holds ``depth``; one while the queue is short: the last

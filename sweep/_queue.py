@@ -6,11 +6,8 @@ compiled by as few actors as possible); else the first trial in line whose
 graph is worth compiling once more (``GraphCosts``: near the end, the actors
 that hold it may finish its trials before a new compile would be done; the
 actor then waits). FP32 trials go before mixed-precision ones, so every
-seed's baseline is known early and a broken workload shows at once, with
-one exception: an actor that would otherwise compile an FP32 graph another
-actor holds first runs a mixed-precision trial whose baseline is known or
-already running (on a 2-graph grid, 2 actors then compile 2 graphs, not 4).
-Trials that only confirm an equivalence (``run_last``: the same computation as
+seed's baseline is known early and a broken workload shows at once; trials
+that only confirm an equivalence (``run_last``: the same computation as
 another trial on a graph of its own) go after both, where they fill the gaps at the end. A forked
 trial waits until its snapshot exists and is not in line before that.
 
@@ -26,7 +23,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig
@@ -105,21 +102,15 @@ class TrialQueue:
             line.append(entry)
             lines[entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
 
-    def take(
-        self, own: set[str], may_start: Callable[[TrialConfig], bool] | None = None
-    ) -> TrialConfig | None:
+    def take(self, own: set[str]) -> TrialConfig | None:
         """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
 
         FP32 trials that may start go first; within the phase, an own graph's
         first trial, else the first trial of a graph no actor holds. Before it
         compiles a graph another actor holds, an actor runs the trials that run
         last on a graph of its own: they cost no compile, and they fill the gap
-        the compile would have filled. Then, given ``may_start`` (whether a
-        mixed-precision trial's FP32 baseline is known or running), a
-        mixed-precision trial that may start, on a graph of its own, else on a
-        graph no actor holds (``_ahead``). Then the first trial in line of a
-        graph worth compiling once more; then, likewise, among the trials that
-        run last.
+        the compile would have filled. Then the first trial in line of a graph
+        worth compiling once more; then, likewise, among the trials that run last.
         """
         first = next((p for p, lines in enumerate(self._lines) if lines), None)
         if first is None:
@@ -127,35 +118,13 @@ class TrialQueue:
         last = len(self._lines) - 1
         if first == last:
             return self._held_or_unheld(last, own) or self._worth_compiling(last)
-        chosen = self._held_or_unheld(first, own) or self._held_or_unheld(last, own, unheld=False)
-        if chosen is not None:
-            return chosen
-        if first == 0 and may_start is not None:
-            decided, ahead = self._ahead(own, may_start)
-            if decided:
-                return ahead
         return (
-            self._worth_compiling(first) or self._held_or_unheld(last, own) or self._worth_compiling(last)
+            self._held_or_unheld(first, own)
+            or self._held_or_unheld(last, own, unheld=False)
+            or self._worth_compiling(first)
+            or self._held_or_unheld(last, own)
+            or self._worth_compiling(last)
         )  # None: the actors holding these graphs will be done sooner than a compile
-
-    def _ahead(
-        self, own: set[str], may_start: Callable[[TrialConfig], bool]
-    ) -> tuple[bool, TrialConfig | None]:
-        """A mixed-precision trial to run while FP32 trials wait for the actors that compiled them.
-
-        ``(True, trial)``: run it. ``(True, None)``: the actor holds a
-        mixed-precision graph with trials left whose baselines have not started:
-        it waits for one (a trial ends in well under a compile) rather than
-        compile a graph another actor holds. ``(False, None)``: nothing to run
-        ahead; the actor may compile. Only a graph's first trial is looked at,
-        so the choice stays independent of the queue's length.
-        """
-        heads = sorted(self._heads(1))
-        mine = [graph for _, graph in heads if graph in own]
-        for graph in mine or [graph for _, graph in heads if not self.holders[graph]]:
-            if may_start(self._lines[1][graph][0][1]):
-                return True, self._pop(1, graph)
-        return bool(mine), None
 
     def _heads(self, phase: int) -> list[tuple[int, str]]:
         return [(line[0][0], graph) for graph, line in self._lines[phase].items()]

@@ -182,27 +182,3 @@ def test_no_trial_waits_behind_another_when_too_few_are_left_for_every_actor(tmp
     queued_behind = [left for held, left in actors.seen if held >= 1]
     assert queued_behind, "with plenty left, an actor holds the next trial behind the one it runs"
     assert min(queued_behind) >= 2 * 2, actors.seen
-
-
-class _Graphs(InProcessActors):
-    """Records which graphs each actor ran, and the hint each mixed-precision trial went with."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ran: list[tuple[int, str, str]] = []  # (worker index, amp level, graph id)
-        self.unhinted = 0
-
-    def run(self, actor, config, workload_ref, hint, start):
-        self.ran.append((actor.worker_index, config.amp_level, config.graph_id))
-        self.unhinted += config.amp_level != "O0" and hint is None
-        return super().run(actor, config, workload_ref, hint, start)
-
-
-def test_a_second_actor_starts_a_mixed_precision_graph_rather_than_compile_the_fp32_one_again(tmp_path):
-    # 2 graphs on 2 actors: the first compiles FP32, the second the O2 graph beside it, each trial
-    # with its seed's FP32 baseline known or running; before, both compiled FP32 first, then O2
-    actors = _Graphs()
-    plan, result = _drive(tmp_path, 2, actors, seed=list(range(4)))
-    assert result.ran == len(plan) == 8
-    assert {level for worker, level, _ in actors.ran if worker == 1} == {"O2"}, actors.ran
-    assert actors.ran[0][:2] == (0, "O0") and actors.unhinted == 0

@@ -144,26 +144,3 @@ def test_an_actor_runs_the_last_trials_of_its_own_graph_before_compiling_one_hel
     assert queue.take({base.graph_id}) is same
     assert queue.take({base.graph_id}) is amp, "then the compile, with nothing of its own left"
     assert queue.take({amp.graph_id}) is amp2 and queue.take(set()) is None
-
-
-def test_with_fp32_held_elsewhere_an_actor_starts_a_mixed_precision_trial_whose_baseline_is_at_hand():
-    trials = _trials(("O0", (), 0), ("O0", (), 1), ("O2", (), 0), ("O2", (), 1))
-    queue = TrialQueue(trials)
-    _held_elsewhere(queue, trials[0].graph_id)
-    assert queue.take(set(), lambda config: config.seed == 0) is trials[2]
-
-
-def test_an_actor_on_a_mixed_precision_graph_waits_for_a_baseline_rather_than_compile_fp32_again():
-    trials = _trials(("O0", (), 0), ("O0", (), 1), ("O2", (), 1))
-    queue = TrialQueue(trials)
-    _held_elsewhere(queue, trials[0].graph_id)
-    own = {trials[2].graph_id}
-    assert queue.take(own, lambda config: False) is None and len(queue) == 3
-    assert queue.take(own, lambda config: True) is trials[2]
-
-
-def test_with_no_baseline_at_hand_an_actor_compiles_the_fp32_graph_held_elsewhere():
-    trials = _trials(("O0", (), 0), ("O2", (), 1))
-    queue = TrialQueue(trials)
-    _held_elsewhere(queue, trials[0].graph_id)
-    assert queue.take(set(), lambda config: False) is trials[0]
