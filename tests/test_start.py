@@ -54,3 +54,39 @@ def test_the_check_gives_way_to_ray_start_and_the_driver_thread_keeps_its_priori
     )
     assert seen == [19]
     assert own_nice() == before
+
+
+def _committed(out, spec_path, skip: int = 0) -> None:
+    """Commit files (readable Parquet, no real trial) for every trial of the spec but ``skip``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ampsweep.contracts import part_path, trial_row_path
+    from ampsweep.sweep import expand_grid
+    from ampsweep.sweep._spec import read_spec
+
+    spec = read_spec(spec_path)
+    for trial in expand_grid(spec)[skip:]:
+        for relative in (trial_row_path(trial.trial_id), part_path("steps", trial.trial_id)):
+            path = out / spec.name / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table({"step": [0]}), path)
+
+
+def test_a_rerun_of_a_finished_sweep_starts_no_cluster(write_spec, tmp_path):
+    import ray
+
+    spec, out = write_spec(), tmp_path / "out"
+    _committed(out, spec)
+    calls: list[str] = []
+    sweep = validate_while_ray_starts(spec, RunConfig(workers=1), str(out), lambda: calls.append("ran"))
+    assert sweep.name == "tiny" and not ray.is_initialized() and calls == []
+
+
+def test_a_sweep_with_a_trial_left_starts_its_cluster(write_spec, tmp_path):
+    import ray
+
+    spec, out = write_spec(), tmp_path / "out"
+    _committed(out, spec, skip=1)
+    validate_while_ray_starts(spec, RunConfig(workers=1), str(out))
+    assert ray.is_initialized()
