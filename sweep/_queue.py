@@ -6,7 +6,10 @@ compiled by as few actors as possible); else the first trial in line whose
 graph is worth compiling once more (``GraphCosts``: near the end, the actors
 that hold it may finish its trials before a new compile would be done; the
 actor then waits). FP32 trials go before mixed-precision ones, so every
-seed's baseline is known early and a broken workload shows at once; trials
+seed's baseline is known early and a broken workload shows at once, and so
+every actor holds the FP32 graph that localization replays a broken trial's
+FP32 twin on (an actor sent to a mixed-precision graph first, to save that
+compile, replayed without it: 2x the localization time); trials
 that only confirm an equivalence (``run_last``: the same computation as
 another trial on a graph of its own) go after both, where they fill the gaps at the end. A forked
 trial waits until its snapshot exists and is not in line before that.
