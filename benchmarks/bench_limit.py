@@ -317,7 +317,7 @@ def measure_case(key: str, spec: dict[str, Any], tmp: Path, bare_steps: int) -> 
     wait_for_quiet(max_wait=20.0)
     after = bare_times(spec, policies, bare_steps, tmp / key / "after")
     bare = mean_of(before, after)
-    # the work done: trials copied from an equivalent twin (``attempts`` 0) were not trained
+    # the work done: trials copied from a trial that computes the same (``attempts`` 0) were not trained
     trained = cli.trials[cli.trials["attempts"] > 0]
     in_sweep, worker_steps, spread = in_sweep_steps(cli.root, trained)
     limit, pure, compiles = limit_of(trained, in_sweep)
@@ -389,7 +389,7 @@ def _case_table(c: dict[str, Any]) -> list[str]:
     rows = [
         (
             "Trials (graphs), steps trained",
-            f"{len(t)} ({t['graph_id'].nunique()}; {c['copied']} copied from an equivalent trial, not trained), "
+            f"{len(t)} ({t['graph_id'].nunique()}; {c['copied']} copied from a trial that computes the same, not trained), "
             f"{c['steps_run']:,}",
         ),
         ("Outcomes", ", ".join(f"{k} {v}" for k, v in sorted(t["outcome"].value_counts().items()))),

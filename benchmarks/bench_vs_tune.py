@@ -25,8 +25,8 @@ small MLP whose hand-written cross entropy overflows float16), 2 workers.
 Bytes are everything under each side's output folder (ampsweep: the sweep
 folder with ``layers`` and the report; Tune: the whole ``storage_path``),
 divided by the rows of per-step metrics each side wrote: one per step trained,
-plus, on ampsweep's side, the rows of the trials it copied from an equivalent
-twin instead of training (the table says how many).
+plus, on ampsweep's side, the rows of the trials it copied from a trial that
+computes the same instead of training (the table says how many).
 """
 
 from __future__ import annotations
@@ -347,7 +347,8 @@ def _section(
     tail = ours.ended_at - ours.last_end
     per_worker = t.groupby("worker_index")["wall_s"].sum()
     our_compiles = ours.compiles
-    copies = t[t["attempts"] == 0]  # equivalent trials copied from their twin, not trained
+    copies = t[t["attempts"] == 0]  # copied from a trial that computes the same, not trained
+    equivalents = int(copies["equivalent_to"].notna().sum())
     copied_rows = int(copies["steps_run"].sum())
     our_compile_s = float(t["compile_s"].sum())
 
@@ -432,8 +433,9 @@ def _section(
         + " and ".join(f"{v:.1f} s" for v in per_worker.to_numpy())
         + f" (Σ `wall_s` per worker, {our_compiles} compiles for "
         f"{t['graph_id'].nunique()} distinct graphs on {t['worker_index'].nunique()} workers; "
-        f"{len(copies)} trials equivalent to another on its graph, a black list under O0, were "
-        "copied from it when it finished, not trained); "
+        f"{len(copies)} trials copied from a trial that computes the same when it finished, not trained: "
+        f"{equivalents} equivalent to another on its graph (a black list under O0), "
+        f"{len(copies) - equivalents} whose clip the same run without it never reached); "
         f"then {tail:.1f} s for the report and the exit. One long-lived actor per worker imports "
         "MindSpore once and compiles each graph once; metrics leave the graph in blocks of 25 steps "
         "and each trial is three Parquet files written by the driver.",

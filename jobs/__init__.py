@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._amp import known_layer_types, network_cell_types
 from ._baseline import Baseline, Hint, PendingBaseline
+from ._clip_twin import clip_engages, same_run_with_clip
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
 from ._profile import CellProfile, Profile, profile
@@ -38,6 +39,8 @@ __all__ = [
     "misfits",
     "read_checkpoint",
     "snapshot_id",
+    "clip_engages",
+    "same_run_with_clip",
     "known_layer_types",
     "load_factory",
     "network_cell_types",

@@ -18,7 +18,7 @@ import queue
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL
@@ -26,8 +26,9 @@ from ampsweep.jobs import Hint, Outcome, Placement, TrialConfig, TrialResult
 
 from ._actors import Actors, RayActors, TailCall
 from ._baselines import Baselines
+from ._clip_hold import HeldForTwins
 from ._config import FailurePolicy
-from ._errors import ClusterLost, Interrupted, WorkloadBroken, workload_frame
+from ._errors import ClusterLost, Interrupted, check_first_trials
 from ._health import ClusterWatch
 from ._prefix import Forks
 from ._progress import SweepProgress
@@ -55,6 +56,8 @@ class DispatchOptions:
     #: trials that compute what another trial does (``SweepPlan.equivalent_to``) on a graph of their
     #: own (those on their twin's graph are copied, ``SweepPlan.copies``): they run after the others
     run_last: frozenset[str] = frozenset()
+    #: trials held until their looser-clipped twin has run (``SweepPlan.clip_twins``), by its id
+    clip_twins: dict[str, tuple[TrialConfig, ...]] = field(default_factory=dict)
 
 
 class Dispatcher:
@@ -89,6 +92,7 @@ class Dispatcher:
             [*(forks.runs if forks else []), *pending], forks.refs if forks else (), options.run_last
         )
         self.options = options
+        self.held = HeldForTwins(options.clip_twins)
         self.actors: Actors = actors if actors is not None else RayActors()
         self._commit = commit
         self.bar = bar
@@ -115,10 +119,10 @@ class Dispatcher:
     @property
     def pending(self) -> list[TrialConfig]:
         """The trials not handed out yet, in line order."""
-        return self.queue.remaining()
+        return self.queue.remaining() + self.held.trials()
 
     def _left(self) -> int:
-        return len(self.queue) + len(self.in_flight)
+        return len(self.queue) + len(self.in_flight) + len(self.held)
 
     # actors ---------------------------------------------------------------
     def _start_actor(self, slot: Slot) -> None:
@@ -178,7 +182,7 @@ class Dispatcher:
                 self._running += 1
             slot.calls.append(call)
         idle = slot.ready and not slot.calls
-        if idle and self.queue:
+        if idle and (self.queue or self.held):
             self._idle[slot.index] = slot  # asks again when an answer changes the queue
         else:
             self._idle.pop(slot.index, None)
@@ -211,6 +215,19 @@ class Dispatcher:
         )
 
     def _finish(self, result: TrialResult) -> None:
+        """Record ``result``, then copy or release the trials held for it (``HeldForTwins``)."""
+        self._finish_one(result)
+        copies, to_train = self.held.settle(result, self.baselines.hint)
+        for config in to_train:
+            self.queue.push(config)
+        for copy in copies:
+            self.attempts[copy.trial_id] = 0
+            self.baselines.add_result(copy)
+            self._finish_one(copy)
+        if to_train:
+            self._wake_idle()
+
+    def _finish_one(self, result: TrialResult) -> None:
         released = self.forks.take(result, self.committed, self._left()) if self.forks else None
         if released is not None:
             self.queue.release(released)
@@ -222,7 +239,7 @@ class Dispatcher:
             if len(self._early) < min(FAIL_FAST_TRIALS, len(self._early) + self._left()):
                 return
             early, self._early = self._early, None
-            self._judge_early(early)
+            check_first_trials(early, self.committed, self._left() + len(early))
             for held in early:
                 self._record(held)
             return
@@ -231,22 +248,6 @@ class Dispatcher:
     def _record(self, result: TrialResult) -> None:
         self.committed += self._commit(result, self.attempts.get(result.trial_id, 1))
         self.bar.finished(Outcome(result.outcome).value)
-
-    def _judge_early(self, early: list[TrialResult]) -> None:
-        errors = {r.error for r in early}
-        all_failed = all(r.outcome == Outcome.FAILED for r in early)
-        baseline = any(r.config.amp_level == FP32_LEVEL for r in early)
-        if all_failed and len(errors) == 1 and baseline and early[0].error:
-            where = workload_frame(early[0].traceback)
-            detail = f"{early[0].error}" + (f"\n  {where}" if where else "")
-            left = self._left() + len(early)
-            raise WorkloadBroken(
-                f"the workload is broken: the first {len(early)} trials, the FP32 baseline among them, "
-                "all failed with the same exception (fix it and run again, or pass --keep-going)",
-                self.committed,
-                left,
-                detail,
-            )
 
     # the loop -------------------------------------------------------------
     def run(self, watch: ClusterWatch) -> None:
@@ -281,7 +282,7 @@ class Dispatcher:
                     self._give_up(slot)
         if self._early:  # fewer trials than FAIL_FAST_TRIALS in the whole run
             early, self._early = self._early, None
-            self._judge_early(early)
+            check_first_trials(early, self.committed, self._left() + len(early))
             for held in early:
                 self._record(held)
 

@@ -7,7 +7,10 @@ broken, the user pressed Ctrl-C — and always says how to resume.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ampsweep.jobs import TrialResult
 
 
 class SpecError(ValueError):
@@ -65,3 +68,25 @@ def workload_frame(traceback_text: str | None) -> str:
             code = lines[index + 1].strip() if index + 1 < len(lines) else ""
             return f"{lines[index].strip()}\n    {code}".rstrip()
     return ""
+
+
+def check_first_trials(early: list[TrialResult], committed: int, left: int) -> None:
+    """Raise ``WorkloadBroken`` when the first trials, the FP32 baseline among them, all failed alike.
+
+    ``left``: the trials not committed, these included.
+    """
+    from ampsweep.contracts import FP32_LEVEL, Outcome
+
+    errors = {r.error for r in early}
+    all_failed = all(r.outcome == Outcome.FAILED for r in early)
+    baseline = any(r.config.amp_level == FP32_LEVEL for r in early)
+    if all_failed and len(errors) == 1 and baseline and early[0].error:
+        where = workload_frame(early[0].traceback)
+        detail = f"{early[0].error}" + (f"\n  {where}" if where else "")
+        raise WorkloadBroken(
+            f"the workload is broken: the first {len(early)} trials, the FP32 baseline among them, "
+            "all failed with the same exception (fix it and run again, or pass --keep-going)",
+            committed,
+            left,
+            detail,
+        )

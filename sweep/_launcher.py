@@ -177,6 +177,7 @@ def drive_trials(
         outcome = Outcome(trial.outcome).value
         result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
         result.ran += 1
+        result.copied += int(attempts == 0)
 
     failure = run.failure or FailurePolicy()
     options = DispatchOptions(
@@ -185,6 +186,7 @@ def drive_trials(
         failure,
         fail_fast=not run.keep_going,
         run_last=frozenset(plan.equivalent_to),
+        clip_twins=plan.clip_twins([t for t in pending if t.trial_id not in copied]),
     )
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
@@ -201,13 +203,13 @@ def drive_trials(
             for config in same:  # right after their twin, in its commit
                 commit_one(trial.copied_as(config), 0)
                 bar.finished(Outcome(trial.outcome).value)
-            result.copied += len(same)
             return 1 + len(same)
 
         finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
         baselines = store.baselines(plan.trials, finished)
         tail = _profile_call(plan, workload_ref, forks) if run.profile else None
-        to_train = [t for t in pending if t.trial_id not in copied]
+        held = {config.trial_id for same in options.clip_twins.values() for config in same}
+        to_train = [t for t in pending if t.trial_id not in copied and t.trial_id not in held]
         dispatcher = Dispatcher(
             slots, to_train, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
         )

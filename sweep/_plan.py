@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ampsweep.contracts import SNAPSHOT_FOLDER, PlanEntry
 from ampsweep.jobs import TrialConfig
@@ -67,6 +67,27 @@ class SweepPlan:
                 copies[twin.trial_id] = (*copies.get(twin.trial_id, ()), trial)
         return copies
 
+    def clip_twins(self, pending: list[TrialConfig]) -> dict[str, tuple[TrialConfig, ...]]:
+        """Pending trials that wait for a looser-clipped twin, by that twin's id.
+
+        Trials that differ only in their clip compute the same numbers until
+        the first step whose gradient norm lies between their thresholds
+        (``jobs.same_run_with_clip``). Of each such group the loosest trial
+        (no clip, else the largest) trains; each tighter one waits for it and
+        is copied from it when its norm never exceeded the tighter clip, else
+        trained. Equivalent trials (``equivalent_to``) keep their own rule.
+        """
+        groups: dict[str, list[TrialConfig]] = {}
+        for trial in pending:
+            if trial.trial_id not in self.equivalent_to:
+                groups.setdefault(replace(trial, clip=None).trial_id, []).append(trial)
+        twins: dict[str, tuple[TrialConfig, ...]] = {}
+        for group in groups.values():
+            if len(group) > 1:
+                loosest, *tighter = sorted(group, key=_looseness, reverse=True)
+                twins[loosest.trial_id] = tuple(tighter)
+        return twins
+
     def entries(self) -> list[PlanEntry]:
         return [
             PlanEntry(t.trial_id, t.graph_id, t.label, self.equivalent_to.get(t.trial_id))
@@ -107,6 +128,10 @@ class SweepPlan:
 
     def _prefix_ids(self) -> list[tuple[str, TrialConfig]]:
         return [(sid, p.prefix) for sid, p in self.starts.items() if p.prefix is not None]
+
+
+def _looseness(trial: TrialConfig) -> float:
+    return float("inf") if trial.clip is None else trial.clip
 
 
 def starts_of(trials: list[TrialConfig], starts: Starts | None) -> dict[str, StartPoint]:

@@ -27,7 +27,8 @@ class SweepResult:
     skipped: int
     ran: int
     outcomes: dict[str, int] = field(default_factory=dict)
-    #: of ``ran``, the trials whose results were copied from an equivalent twin (``SweepPlan.copies``)
+    #: of ``ran``, the trials whose results were copied, not trained: from an equivalent twin
+    #: (``SweepPlan.copies``) or a looser-clipped twin whose norm never reached their clip
     copied: int = 0
     #: the FP32 profile a worker ran at the sweep's end (``RunConfig.profile``), or why there is none
     profile: Profile | None = None

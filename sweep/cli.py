@@ -257,7 +257,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os._exit(stop.exit_code)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     if result.copied:
-        counts += f"; {result.copied} equivalent to another, copied from it"
+        counts += f"; {result.copied} copied from a trial that computes the same, not trained"
     done = f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     if not result.is_local:
         print(done)

@@ -41,7 +41,7 @@ TRIALS_SCHEMA = pa.schema(
         (
             "attempts",
             pa.int64(),
-        ),  # workers that started it (>1 after a worker died; 0: copied from equivalent_to)
+        ),  # workers that started it (>1 after a worker died; 0: copied, not trained)
         ("mindspore_version", pa.string()),
         ("device_target", pa.string()),  # what MindSpore computed on: CPU | GPU | Ascend
         ("finished_at", pa.timestamp("ms", tz="UTC")),
@@ -143,7 +143,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "node": "Ray node id (first 12 characters)",
         "device_id": "visible device id Ray assigned; empty on CPU",
         "worker_index": "index of the actor's device slot",
-        "attempts": "workers that started this trial (more than 1 after a worker died mid-trial; 0: not trained, copied from `equivalent_to`)",
+        "attempts": "workers that started this trial (more than 1 after a worker died mid-trial; 0: not trained, copied from `equivalent_to`, or, with that null, from the same configuration with a looser clip or none, whose gradient norm never exceeded this trial's clip)",
         "mindspore_version": "MindSpore version of the worker that ran it",
         "device_target": "what MindSpore computed on: `CPU`, `GPU` or `Ascend`",
         "start_step": "global step the trial started at: 0 from scratch, N when forked from a snapshot taken after N steps",

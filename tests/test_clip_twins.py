@@ -1,0 +1,162 @@
+"""A tighter clip that never engages computes what the looser run did: such trials are copied, not trained."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ampsweep.contracts import STEPS_SCHEMA, final_loss
+from ampsweep.jobs import (
+    Baseline,
+    Outcome,
+    PendingBaseline,
+    Placement,
+    TrialResult,
+    clip_engages,
+    same_run_with_clip,
+)
+from ampsweep.sweep import RunConfig, Sweep, SweepStore
+from ampsweep.sweep._dispatch import Slot
+from ampsweep.sweep._launcher import drive_trials
+from ampsweep.sweep._result import SweepResult
+from ampsweep.sweep.devices import AscendBackend
+from benchmarks._standin import InProcessActors, QuietCluster
+from tests._trial import trial_config
+
+NOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "noop_workload.py"
+
+
+def _result(
+    norms: list[float], *, amp_level: str = "O0", clip: float | None = None, **changes
+) -> TrialResult:
+    """A completed trial whose loss falls from 2.3 to 0.5 with these per-step global norms."""
+    n = len(norms)
+    loss = np.linspace(2.3, 0.5, n)
+    columns = {
+        field.name: pa.array(np.zeros(n, dtype=field.type.to_pandas_dtype()), type=field.type)
+        for field in STEPS_SCHEMA
+    }
+    columns.update(step=pa.array(range(n), pa.int64()), loss=pa.array(loss, pa.float32()))
+    columns["grad_norm"] = pa.array(norms, STEPS_SCHEMA.field("grad_norm").type)
+    result = TrialResult(
+        config=trial_config(amp_level=amp_level, clip=clip, steps=n),
+        outcome=Outcome.COMPLETED,
+        placement=Placement("cpu", "CPU"),
+        steps_run=n,
+        final_loss=final_loss(loss),
+        steps=pa.table(columns, schema=STEPS_SCHEMA),
+    )
+    return replace(result, **changes)
+
+
+def test_a_clip_engages_where_the_compiled_step_or_the_steps_table_would_clip():
+    assert not clip_engages(np.array([0.5, 4.9, 5.0]), 5.0), "norm > clip, not >="
+    assert clip_engages(np.array([0.5, 5.01]), 5.0)
+    assert not clip_engages(np.array([0.5, np.nan]), 1.0), "a NaN norm scales by 1 under every clip"
+    assert clip_engages(np.array([0.5, np.inf]), 1.0)
+    assert not clip_engages(np.array([1e30]), None)
+    # 1.1 is not a float32: the step compares in float32, the table in float64; either clipping counts
+    just_above = float(np.nextafter(np.float32(1.1), np.float32(2)))
+    assert clip_engages(np.array([just_above], dtype=np.float32), 1.1)
+
+
+def test_a_run_whose_norm_stayed_under_the_clip_is_that_clipped_trial_s_run():
+    result = _result([0.3, 0.9, 0.7])
+    assert same_run_with_clip(result, trial_config(amp_level="O0", clip=1.0, steps=3), None)
+    assert not same_run_with_clip(result, trial_config(amp_level="O0", clip=0.8, steps=3), None)
+
+
+def test_a_broken_or_replayed_run_is_never_copied():
+    tighter = trial_config(amp_level="O0", clip=1.0, steps=3)
+    assert not same_run_with_clip(_result([0.1, 0.2, 0.3], outcome=Outcome.DIVERGED), tighter, None)
+    replayed = _result([0.1, 0.2, 0.3])
+    replayed = replace(replayed, anomalies=pa.table({"x": [1]}))
+    assert not same_run_with_clip(replayed, tighter, None)
+
+
+def test_a_mixed_precision_copy_needs_its_own_baseline_to_find_no_silent_failure():
+    result = _result([0.1] * 100, amp_level="O2")
+    tighter = trial_config(amp_level="O2", clip=1.0, steps=100)
+    assert same_run_with_clip(result, tighter, Baseline(0.6, reached_target=True)), "learns like FP32"
+    assert not same_run_with_clip(result, tighter, Baseline(0.01, reached_target=True)), "silent: it trains"
+    assert not same_run_with_clip(result, tighter, PendingBaseline([object()])), "its baseline still runs"
+
+
+def _plan(clip: list, black_list: list | None = None):
+    grid = {"amp_level": ["O0", "O2"], "clip": clip, "seed": [0, 1]}
+    if black_list is not None:
+        grid["black_list"] = black_list
+    return Sweep(
+        {"name": "t", "workload": f"{NOOP}:make", "steps": 1, "grid": grid, "devices": "ascend"}
+    ).plan()
+
+
+def test_the_loosest_clip_of_each_group_trains_and_the_tighter_ones_wait_for_it():
+    plan = _plan([1.0, None, 5.0])
+    twins = plan.clip_twins(plan.trials)
+    assert len(twins) == 4, "one group per amp level and seed"
+    by_id = {t.trial_id: t for t in plan.trials}
+    for loosest, tighter in twins.items():
+        assert by_id[loosest].clip is None and [t.clip for t in tighter] == [5.0, 1.0]
+    without_none = _plan([1.0, 5.0])
+    by_id = {t.trial_id: t for t in without_none.trials}
+    assert {by_id[k].clip for k in without_none.clip_twins(without_none.trials)} == {5.0}
+
+
+def test_equivalent_trials_keep_their_own_rule():
+    plan = _plan([None, 1.0], black_list=[[], ["Dense"]])
+    held = {t.trial_id for same in plan.clip_twins(plan.trials).values() for t in same}
+    loosest = set(plan.clip_twins(plan.trials))
+    assert not (held | loosest) & set(plan.equivalent_to)
+
+
+class _Norms(InProcessActors):
+    """No-op trials whose one step had the global norm ``norms[seed]``."""
+
+    def __init__(self, norms: dict[int, float]) -> None:
+        super().__init__()
+        self.norms = norms
+        self.trained: list[tuple[int, float | None]] = []
+
+    def run(self, actor, config, workload_ref, hint, start):
+        self.calls += 1
+        self.trained.append((config.seed, config.clip))
+        norm = pa.array([self.norms[config.seed]], STEPS_SCHEMA.field("grad_norm").type)
+
+        def work(*args):
+            result = actor.run(*args)
+            return replace(result, steps=result.steps.set_column(2, "grad_norm", norm))
+
+        return self._answer(work, config, workload_ref, hint, start)
+
+
+def test_a_tighter_clip_trial_is_copied_where_the_looser_run_never_reached_it_and_trained_where_it_did(
+    tmp_path,
+):
+    # seed 0 peaked at 0.5: clip 1.0 would never have engaged; seed 1 reached 3.0: it would have
+    actors = _Norms({0: 0.5, 1: 3.0})
+    plan = _plan([None, 1.0])
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    assert result.ran == len(plan) == 8 and result.copied == 2 and actors.calls == 6
+    assert set(actors.trained) == {(0, None), (1, None), (1, 1.0)}
+    trials = pd.read_parquet(tmp_path / "t" / "trials")
+    steps = pd.read_parquet(tmp_path / "t" / "steps")
+    copies = trials[trials["attempts"] == 0]
+    assert sorted(copies["clip"]) == [1.0, 1.0] and set(copies["seed"]) == {0}
+    for copy in copies.itertuples():
+        twin = trials[(trials["seed"] == 0) & trials["clip"].isna() & (trials["amp_level"] == copy.amp_level)]
+        mine, theirs = (
+            steps[steps["trial_id"] == t].drop(columns="trial_id") for t in (copy.trial_id, *twin["trial_id"])
+        )
+        assert mine.reset_index(drop=True).equals(theirs.reset_index(drop=True))
+        assert copy.wall_s == 0.0 and not mine["clipped"].any()
