@@ -6,7 +6,10 @@ When the loosest one's result comes back, ``jobs.same_run_with_clip``
 decides for each held trial: its norm never exceeded the tighter clip, so
 the trial would compute exactly that result (copied, ``attempts`` 0), or
 it did (the trial joins the queue and trains). A twin that fails or dies
-for good releases its trials to train.
+for good releases its trials to train, and a device with nothing else to
+run trains a held trial rather than wait (``release_one``): with more
+devices than groups, waiting would leave devices idle for a saving that
+may not come.
 """
 
 from __future__ import annotations
@@ -29,6 +32,19 @@ class HeldForTwins:
     def trials(self) -> list[TrialConfig]:
         """Every trial still held (for the count of trials left, and their ids)."""
         return [config for held in self._held.values() for config in held]
+
+    def release_one(self) -> TrialConfig:
+        """A held trial to train now, for a device that would otherwise idle while its twin runs.
+
+        The tightest clip of the first group: the likeliest to be reached, so
+        the copy it gives up was the least likely anyway.
+        """
+        twin = next(iter(self._held))
+        *rest, tightest = self._held.pop(twin)
+        if rest:
+            self._held[twin] = tuple(rest)
+        self._count -= 1
+        return tightest
 
     def settle(
         self, result: TrialResult, hint: Callable[[TrialConfig], Hint]

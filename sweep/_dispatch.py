@@ -181,6 +181,10 @@ class Dispatcher:
             if not slot.calls:
                 self._running += 1
             slot.calls.append(call)
+        if slot.ready and not slot.calls and not self.queue and self.held:  # idle, else: train, not wait
+            self.queue.push(self.held.release_one())
+            self._dispatch(slot)
+            return
         idle = slot.ready and not slot.calls
         if idle and (self.queue or self.held):
             self._idle[slot.index] = slot  # asks again when an answer changes the queue
@@ -190,8 +194,8 @@ class Dispatcher:
             self._send_tail(slot)
 
     def _tail_due(self) -> bool:
-        """The profile goes out once only trials that run last (or none) are left."""
-        return self.tail is not None and not self.tail.sent and self.queue.only_last()
+        """The profile goes out once only trials that run last (or none) are left, none held."""
+        return self.tail is not None and not self.tail.sent and self.queue.only_last() and not self.held
 
     def _send_tail(self, slot: Slot) -> None:
         self.tail.sent = True  # type: ignore[union-attr]

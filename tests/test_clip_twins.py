@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -160,3 +161,43 @@ def test_a_tighter_clip_trial_is_copied_where_the_looser_run_never_reached_it_an
         )
         assert mine.reset_index(drop=True).equals(theirs.reset_index(drop=True))
         assert copy.wall_s == 0.0 and not mine["clipped"].any()
+
+
+class _SlowLoosest(_Norms):
+    """The loosest trials (no clip) answer 0.3 s late, as a real trial would: the others at once."""
+
+    def run(self, actor, config, workload_ref, hint, start):
+        if config.clip is not None:
+            return super().run(actor, config, workload_ref, hint, start)
+        real = self.completions
+        held: list = []
+
+        class _Later:
+            def put(self, item):
+                held.append(item)
+
+        self.completions = _Later()
+        try:
+            call = super().run(actor, config, workload_ref, hint, start)
+        finally:
+            self.completions = real
+        threading.Timer(0.3, lambda: [real.put(item) for item in held]).start()
+        return call
+
+
+def test_a_device_with_nothing_else_to_run_trains_a_held_trial_rather_than_wait_for_its_twin(tmp_path):
+    # 2 devices, one group: the second device would idle while the loosest trial runs
+    actors = _SlowLoosest({0: 0.5})
+    plan = Sweep(
+        {"name": "t", "workload": f"{NOOP}:make", "steps": 1, "devices": "ascend",
+         "grid": {"amp_level": ["O0"], "clip": [None, 1.0], "seed": [0]}}
+    ).plan()  # fmt: skip
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    assert result.ran == 2 and actors.calls == 2 and result.copied == 0
+    assert {clip for _, clip in actors.trained} == {None, 1.0}
