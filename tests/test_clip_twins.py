@@ -115,6 +115,18 @@ def test_equivalent_trials_keep_their_own_rule():
     assert not (held | loosest) & set(plan.equivalent_to)
 
 
+def _drive(tmp_path: Path, plan, actors: InProcessActors) -> SweepResult:
+    """Every trial of ``plan`` through the real driver loop, on 2 in-process devices."""
+    store = SweepStore(str(tmp_path), plan.name)
+    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
+    drive_trials(
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        lambda running: None, QuietCluster(), actors,
+    )  # fmt: skip
+    return result
+
+
 class _Norms(InProcessActors):
     """No-op trials whose one step had the global norm ``norms[seed]``."""
 
@@ -141,13 +153,7 @@ def test_a_tighter_clip_trial_is_copied_where_the_looser_run_never_reached_it_an
     # seed 0 peaked at 0.5: clip 1.0 would never have engaged; seed 1 reached 3.0: it would have
     actors = _Norms({0: 0.5, 1: 3.0})
     plan = _plan([None, 1.0])
-    store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
-    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    result = _drive(tmp_path, plan, actors)
     assert result.ran == len(plan) == 8 and result.copied == 2 and actors.calls == 6
     assert set(actors.trained) == {(0, None), (1, None), (1, 1.0)}
     trials = pd.read_parquet(tmp_path / "t" / "trials")
@@ -192,12 +198,6 @@ def test_a_device_with_nothing_else_to_run_trains_a_held_trial_rather_than_wait_
         {"name": "t", "workload": f"{NOOP}:make", "steps": 1, "devices": "ascend",
          "grid": {"amp_level": ["O0"], "clip": [None, 1.0], "seed": [0]}}
     ).plan()  # fmt: skip
-    store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
-    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    result = _drive(tmp_path, plan, actors)
     assert result.ran == 2 and actors.calls == 2 and result.copied == 0
     assert {clip for _, clip in actors.trained} == {None, 1.0}
