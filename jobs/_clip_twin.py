@@ -29,15 +29,14 @@ from ._result import Outcome, TrialResult
 def clip_engages(grad_norm: np.ndarray, clip: float | None) -> bool:
     """Whether a run with these global norms would have been clipped at ``clip`` at some step.
 
-    Both comparisons count: the compiled step's, in float32, and the steps
-    table's (``is_clipped``). A non-finite norm above it counts too: the two
-    runs would scale it alike, but the tables would flag it differently.
+    Both comparisons count: the compiled step's, in float32 (an infinite
+    norm is above any clip there), and the steps table's (``is_clipped``).
     """
     if clip is None:
         return False
     norm = np.asarray(grad_norm)
     in_graph = np.asarray(norm, dtype=np.float32) > np.float32(clip)
-    return bool(in_graph.any() or is_clipped(norm, clip).any() or (np.isinf(norm) & (norm > 0)).any())
+    return bool(in_graph.any() or is_clipped(norm, clip).any())
 
 
 def same_run_with_clip(result: TrialResult, config: TrialConfig, hint: Hint) -> bool:
