@@ -17,6 +17,8 @@ from ampsweep.contracts import FORWARD_BLOWUP
 from ._config import TrialConfig
 from ._hooks import CellProbe, Event
 from ._replay import JIT_PREFIX_MIN_STEPS, _Finding, _fp32, _Replay, _skip_ahead
+from ._step import CompiledStep
+from ._trainer import trial_workload
 
 if TYPE_CHECKING:
     from ._step import GraphCache
@@ -39,6 +41,8 @@ def fp32_twin(
     """
     fp32 = _fp32(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
+    if compiled is None and graphs is not None and finding.step >= JIT_PREFIX_MIN_STEPS:
+        compiled = _worker_fp32_graph(fp32, workload_ref, graphs)
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
         replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs)
         if early is not None:
@@ -56,6 +60,28 @@ def fp32_twin(
         probe = CellProbe(backward=True)  # a gradient to compare with: the whole step, hooked
         replay.probed(probe, lambda: replay.step(batch))
     return probe
+
+
+def _worker_fp32_graph(fp32: TrialConfig, workload_ref: str, graphs: GraphCache) -> CompiledStep | None:
+    """The worker's FP32 graph, built now and kept when it has none; its first step compiles it.
+
+    An actor that started while every FP32 trial was taken (more actors than
+    seeds, ``sweep._queue``) holds no FP32 graph. A twin far enough in must
+    compile a step either way; this one is kept, so the worker's next twins,
+    its profile and any FP32 trial it runs later reuse it, where a step
+    compiled for one replay was thrown away (one compile per diagnosis). None
+    when the workload cannot be built here: the replay then compiles its own
+    step, as before.
+    """
+    held = graphs.held(fp32, workload_ref)
+    if held is not None:
+        return held
+    try:
+        step = CompiledStep(fp32, trial_workload(fp32, workload_ref))
+    except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
+        return None
+    graphs.hold(fp32, workload_ref, step)
+    return step
 
 
 def _forward_blew_up(policy: Event | None, fp32: Event | None) -> bool:

@@ -259,3 +259,38 @@ def test_a_dynamic_scalers_skipped_steps_do_not_hide_where_a_diverged_trial_brok
     assert (row["cell_class"], row["phase"]) == ("NaiveCrossEntropy", "forward")
     assert abs(row["replay_step"] - result.first_nonfinite_step) <= 5, "where the loss went non-finite"
     assert "only backward" not in row["note"] and "replayed compiled" in row["note"]
+
+
+def test_a_worker_without_the_fp32_graph_compiles_it_once_for_its_twins_and_finds_the_same(monkeypatch):
+    # an actor that started while every FP32 trial was taken holds no FP32 graph; a twin far enough in
+    # compiles it and the worker keeps it. This MLP breaks at about step 20, below the threshold
+    # where a compile pays off, so the threshold is lowered: the rule is the same further in.
+    import re
+
+    import ampsweep.jobs._fp32_twin as twin
+    from ampsweep.jobs._diagnose import diagnose
+    from ampsweep.jobs._replay import _fp32
+    from ampsweep.jobs._step import LEAN, GraphCache
+    from ampsweep.jobs._trainer import run_trial
+
+    monkeypatch.setattr(twin, "JIT_PREFIX_MIN_STEPS", 5)
+    config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")
+    fp32 = _fp32(config)
+    lazy = GraphCache()
+    result = run_trial(config, MLP, None, lazy)
+    assert result.outcome == "diverged" and lazy.held(fp32, MLP) is None
+    found = _one_row(diagnose(result, MLP, None, lazy))
+    kept = lazy.compiled_for(fp32, MLP)
+    assert kept is not None, "the twin's FP32 graph was not kept"
+    diagnose(result, MLP, None, lazy)
+    assert lazy.compiled_for(fp32, MLP) is kept and kept.compiled == {LEAN}, "a second twin compiled again"
+    assert run_trial(fp32, MLP, None, lazy).compile_s == 0.0, "the FP32 trial after it compiled again"
+
+    eager = GraphCache()  # the FP32 trial first, as an actor that compiled the FP32 graph first
+    run_trial(fp32, MLP, None, eager)
+    again = _one_row(diagnose(run_trial(config, MLP, None, eager), MLP, None, eager))
+
+    def timeless(row: dict) -> dict:
+        return {**row, "note": re.sub(r"replayed on \w+ in [0-9.]+ s", "", row["note"] or "")}
+
+    assert timeless(found) == timeless(again)
