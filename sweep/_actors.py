@@ -32,8 +32,6 @@ class TailCall:
     args: tuple[Any, ...]
     answer: Any = None
     sent: bool = False
-    #: the compiled graph the call runs its steps on where an actor holds it (the FP32 graph)
-    graph_id: str | None = None
 
 
 class Actors(Protocol):

@@ -1,12 +1,15 @@
 """Handing trials to device actors one at a time, and surviving what a long run meets.
 
-Trials are handed out as actors free up (not pre-split), so no device idles while trials remain and a slow
-trial holds back nobody; each actor holds its running trial and the next one, so it never waits for the
-driver between trials. Which trial comes next is ``TrialQueue``'s choice (its own graphs first). A new actor
-first answers a probe, so an actor that can never start (its node was removed) holds no trial. What goes
-wrong is handled here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts`` counts it), a
-trial that kills ``max_attempts`` workers (``failed``), a cluster that goes away (``ClusterLost``), a
-workload whose first trials all fail alike (``WorkloadBroken``), Ctrl-C (``Interrupted``).
+Trials are handed out as actors free up (not pre-split), so no device idles
+while trials remain and a slow trial holds back nobody; each actor holds its
+running trial and the next one, so it never waits for the driver between
+trials. Which trial comes next is ``TrialQueue``'s choice (its own graphs
+first). A new actor first answers a probe, so an actor that can never start
+(its node was removed) holds no trial. What goes wrong is handled
+here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts``
+counts it), a trial that kills ``max_attempts`` workers (``failed``), a
+cluster that goes away (``ClusterLost``), a workload whose first trials all
+fail alike (``WorkloadBroken``), Ctrl-C (``Interrupted``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from ._health import ClusterWatch
 from ._prefix import Forks
 from ._progress import SweepProgress
 from ._queue import TrialQueue
-from ._slot import Slot, holder_of
+from ._slot import Slot
 from .devices import device_setup
 
 #: Trials whose results decide whether the workload itself is broken.
@@ -47,7 +50,8 @@ class DispatchOptions:
     compute_on: str | None
     failure: FailurePolicy
     fail_fast: bool = True
-    #: trials an actor holds at once: the one it runs and the next, queued (no round trip between trials)
+    #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
+    #: starts the next the moment it finishes instead of after a round trip to the driver
     depth: int = 2
     #: trials that compute what another trial does (``SweepPlan.equivalent_to``) on a graph of their
     #: own (those on their twin's graph are copied, ``SweepPlan.copies``): they run after the others
@@ -194,10 +198,6 @@ class Dispatcher:
         return self.tail is not None and not self.tail.sent and self.queue.only_last() and not self.held
 
     def _send_tail(self, slot: Slot) -> None:
-        """Behind the running trial of an actor holding the profile's graph, when that beats a compile."""
-        graph = self.tail.graph_id  # type: ignore[union-attr]
-        if graph not in slot.graphs and graph and self.queue.costs.cheaper_to_wait(graph):
-            slot = holder_of(graph, self.slots) or slot
         self.tail.sent = True  # type: ignore[union-attr]
         self._tail_call = self.actors.profile(slot.actor, self.tail.args)  # type: ignore[union-attr]
         self._tail_slot = (slot, slot.actor)

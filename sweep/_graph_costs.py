@@ -49,13 +49,3 @@ class GraphCosts:
         compile_s = measured.compile_s / measured.compiles
         per_trial_s = measured.run_s / measured.trials
         return compile_s < trials_left * per_trial_s / holders
-
-    def cheaper_to_wait(self, graph: str) -> bool:
-        """Whether an actor holding ``graph`` ends a trial of it sooner than another actor compiles it.
-
-        Measured only: with no compile or trial of it measured yet, no.
-        """
-        measured = self._measured.get(graph)
-        if measured is None or not measured.compiles or not measured.trials:
-            return False
-        return measured.run_s / measured.trials < measured.compile_s / measured.compiles

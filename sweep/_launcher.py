@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL, PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
+from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
 from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
 from ._actors import Actors, TailCall
@@ -236,10 +235,8 @@ def _profile_call(plan: SweepPlan, workload_ref: str, forks: Forks | None) -> Ta
         start = forks.refs.get(first.start_from) if forks is not None else None
         if start is None:
             return None
-    fp32 = replace(first, amp_level=FP32_LEVEL, black_list=(), loss_scale="none")  # the profile's graph
     return TailCall(
-        (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start),
-        graph_id=fp32.graph_id,
+        (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +31,3 @@ class Slot:
     def runs(self, call: Any) -> bool:
         """Whether the actor runs ``call`` now: the oldest call it has not answered."""
         return bool(self.calls) and self.calls[0] is call
-
-
-def holder_of(graph: str | None, slots: Iterable[Slot]) -> Slot | None:
-    """A live, started slot whose actor has compiled ``graph``; None when there is none."""
-    return next((s for s in slots if s.ready and not s.gone and graph in s.graphs), None)

@@ -144,27 +144,3 @@ def test_an_actor_runs_the_last_trials_of_its_own_graph_before_compiling_one_hel
     assert queue.take({base.graph_id}) is same
     assert queue.take({base.graph_id}) is amp, "then the compile, with nothing of its own left"
     assert queue.take({amp.graph_id}) is amp2 and queue.take(set()) is None
-
-
-def test_the_profile_waits_for_an_actor_holding_its_graph_only_when_a_trial_there_ends_before_a_compile():
-    from ampsweep.sweep._graph_costs import GraphCosts
-
-    costs = GraphCosts()
-    assert not costs.cheaper_to_wait("fp32"), "nothing measured: no reason to wait"
-    costs.record("fp32", compile_s=1.5, busy_s=2.0)  # a 0.5 s trial after a 1.5 s compile
-    costs.record("fp32", compile_s=0.0, busy_s=0.5)
-    assert costs.cheaper_to_wait("fp32")
-    costs.record("resnet", compile_s=5.0, busy_s=45.0)  # a 40 s trial: compiling is sooner
-    assert not costs.cheaper_to_wait("resnet")
-
-
-def test_the_holder_of_a_graph_is_a_live_started_slot_that_compiled_it():
-    from ampsweep.sweep._slot import Slot, holder_of
-    from ampsweep.sweep.devices import AscendBackend
-
-    slots = [Slot(AscendBackend(), index, index, ready=True) for index in range(3)]
-    slots[0].graphs.add("fp32")
-    slots[0].gone = True  # its actor died for good
-    slots[2].graphs.add("fp32")
-    assert holder_of("fp32", slots) is slots[2]
-    assert holder_of("o2", slots) is None and holder_of(None, slots) is None
