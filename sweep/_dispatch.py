@@ -1,15 +1,13 @@
 """Handing trials to device actors one at a time, and surviving what a long run meets.
 
-Trials are handed out as actors free up (not pre-split), so no device idles
-while trials remain and a slow trial holds back nobody; each actor holds its
-running trial and the next one, so it never waits for the driver between
-trials. Which trial comes next is ``TrialQueue``'s choice (its own graphs
-first). A new actor first answers a probe, so an actor that can never start
-(its node was removed) holds no trial. What goes wrong is handled
-here: a worker killed mid-trial (the trial runs again elsewhere, ``attempts``
-counts it), a trial that kills ``max_attempts`` workers (``failed``), a
-cluster that goes away (``ClusterLost``), a workload whose first trials all
-fail alike (``WorkloadBroken``), Ctrl-C (``Interrupted``).
+Trials are handed out as actors free up (not pre-split): no device idles while
+trials remain, a slow trial holds back nobody, and an actor holds the trial it
+runs plus the next (``depth``). ``TrialQueue`` picks the next (own graphs
+first). A new actor first answers a probe: one that never starts holds no
+trial. Handled here: a worker killed mid-trial (the trial runs again, counted
+in ``attempts``), a trial that kills ``max_attempts`` workers (``failed``), a
+lost cluster (``ClusterLost``), a workload whose first trials all fail alike
+(``WorkloadBroken``), Ctrl-C (``Interrupted``).
 """
 
 from __future__ import annotations
@@ -50,24 +48,19 @@ class DispatchOptions:
     compute_on: str | None
     failure: FailurePolicy
     fail_fast: bool = True
-    #: trials an actor holds at once: the one it runs and the next, queued on the actor, so it
-    #: starts the next the moment it finishes instead of after a round trip to the driver
+    #: trials an actor holds at once: it starts the next one without a round trip to the driver
     depth: int = 2
-    #: trials that compute what another trial does (``SweepPlan.equivalent_to``) on a graph of their
-    #: own (those on their twin's graph are copied, ``SweepPlan.copies``): they run after the others
+    #: trials computing what another does on a graph of their own (``SweepPlan.equivalent_to``): run last
     run_last: frozenset[str] = frozenset()
     #: trials held until their looser-clipped twin has run (``SweepPlan.clip_twins``), by its id
     clip_twins: dict[str, tuple[TrialConfig, ...]] = field(default_factory=dict)
 
 
 class Dispatcher:
-    """Runs ``pending`` on ``slots`` until done; ``commit`` is called once per finished trial
-    and says how many trials it committed (those copied from it too).
-
-    The driver's work per trial does not depend on the cluster's size: a
-    finished call arrives on ``actors.completions`` (no wait over every call
-    in flight), the next trial comes from ``TrialQueue`` (no scan of the
-    queue), and the lock's heartbeat is written at most once a second.
+    """Runs ``pending`` on ``slots``; ``commit``, once per finished trial, says how many trials
+    it committed (copies too). The driver's work per trial does not grow with the cluster: a
+    finished call arrives on ``actors.completions`` (no wait over all calls), the next trial
+    comes from ``TrialQueue`` (no scan), and the lock's heartbeat is written once a second.
     """
 
     def __init__(
@@ -124,7 +117,6 @@ class Dispatcher:
     def _left(self) -> int:
         return len(self.queue) + len(self.in_flight) + len(self.held)
 
-    # actors ---------------------------------------------------------------
     def _start_actor(self, slot: Slot) -> None:
         setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
         slot.actor = self.actors.start(slot.index, setup, slot.backend.actor_options())
@@ -138,7 +130,6 @@ class Dispatcher:
         if slot.actor is not None:
             self.actors.kill(slot.actor)
 
-    # trials ---------------------------------------------------------------
     def _take_for(self, slot: Slot) -> tuple[TrialConfig, Hint] | None:
         config = self.queue.take(slot.graphs)
         if config is None:
@@ -253,7 +244,6 @@ class Dispatcher:
         self.committed += self._commit(result, self.attempts.get(result.trial_id, 1))
         self.bar.finished(Outcome(result.outcome).value)
 
-    # the loop -------------------------------------------------------------
     def run(self, watch: ClusterWatch) -> None:
         for slot in self.slots:
             if slot.actor is not None and slot.ready and not slot.gone:
@@ -262,7 +252,7 @@ class Dispatcher:
                 self._start_actor(slot)
                 self._dispatch(slot, before_ready=True)
         try:
-            while self.in_flight or (self.queue and self.probes) or self._tail_call is not None:
+            while self._work_left():
                 problem = watch.problem()
                 if problem:
                     raise ClusterLost(problem, self.committed, self._left())
@@ -289,6 +279,16 @@ class Dispatcher:
             check_first_trials(early, self.committed, self._left() + len(early))
             for held in early:
                 self._record(held)
+
+    def _work_left(self) -> bool:
+        """An answer is awaited; else an actor left idle with trials in line is asked once more
+        (it is otherwise asked only once a second, after the loop would have ended)."""
+        if self.in_flight or (self.queue and self.probes) or self._tail_call is not None:
+            return True
+        if self._idle and (self.queue or self.held):
+            self._wake_idle()
+            return bool(self.in_flight) or self._tail_call is not None
+        return False
 
     def _beat(self) -> None:
         """The lock's heartbeat and the progress line, at most once a second (each costs O(devices))."""
@@ -345,8 +345,7 @@ class Dispatcher:
             result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
         else:
             slot.deaths = 0
-        # the next trial first, the Parquet commit after: the actor trains while the
-        # driver writes (its seed's FP32 loss is known before the next trial is handed out)
+        # the next trial first, the Parquet commit after: the actor trains while the driver writes
         if self.forks is None or not self.forks.is_prefix(config):
             self.baselines.add_result(result)
         self.queue.costs.record(config.graph_id, result.compile_s, result.wall_s + result.diagnose_s)
@@ -355,8 +354,8 @@ class Dispatcher:
         self._finish(result)
 
     def _wake_idle(self) -> None:
-        """Ask the actors left idle again: once a second (new measurements, the next phase of the
-        queue) and when a trial comes back. Not on every answer: that would cost O(devices) each."""
+        """Ask the idle actors again: once a second, when a trial comes back, before the loop ends.
+        Not on every answer: that would cost O(devices) each."""
         for slot in list(self._idle.values()):
             self._dispatch(slot)
 

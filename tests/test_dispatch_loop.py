@@ -182,3 +182,25 @@ def test_no_trial_waits_behind_another_when_too_few_are_left_for_every_actor(tmp
     queued_behind = [left for held, left in actors.seen if held >= 1]
     assert queued_behind, "with plenty left, an actor holds the next trial behind the one it runs"
     assert min(queued_behind) >= 2 * 2, actors.seen
+
+
+def test_an_actor_left_idle_with_trials_in_line_is_asked_again_before_the_loop_ends(tmp_path, monkeypatch):
+    # the queue may leave a ready actor idle (its trial's graph is held by a busy actor); when
+    # nothing else is in flight the loop must ask it again rather than end with trials unrun
+    from ampsweep.sweep._dispatch import Dispatcher
+
+    take_for = Dispatcher._take_for
+    refused = []
+
+    def refuses_an_idle_actor_once(self, slot):
+        if slot.ready and not slot.calls and not refused:
+            refused.append(slot.index)
+            return None
+        return take_for(self, slot)
+
+    monkeypatch.setattr(Dispatcher, "_take_for", refuses_an_idle_actor_once)
+    actors = InProcessActors()
+    _, result = _drive(tmp_path, 1, actors, seed=[0, 1])
+    assert refused, "the actor was never left idle"
+    assert result.ran == 4 and actors.calls == 4
+    assert len(pd.read_parquet(tmp_path / "loop" / "trials")) == 4
