@@ -1,8 +1,7 @@
 """Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit.
 
 Only the driver writes files; an actor that dies mid-trial loses only that
-attempt (``_dispatch``). A local cluster binds to 127.0.0.1 and starts no
-dashboard: nothing of a laptop's sweep listens on the network.
+attempt (``_dispatch``). A local cluster starts no dashboard.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from ._actors import Actors, TailCall
 from ._config import FailurePolicy, RunConfig
 from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
+from ._local_head import start_local_head
 from ._lock import DriverLock
 from ._plan import SweepPlan
 from ._prefix import Forks
@@ -59,10 +59,10 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
-    """Join a cluster or start a private local one.
+    """Join a cluster or start a private local one (``start_local_head``).
 
-    ``address="local"`` matters: a bare ``ray.init()`` silently attaches to any
-    cluster whose address another tool left in ``/tmp/ray``.
+    Never a bare ``ray.init()``: it silently attaches to any cluster whose
+    address another tool left in ``/tmp/ray``.
     """
     import ray
 
@@ -74,14 +74,7 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
     if address:
         ray.init(address=address, **common)
     else:
-        cores = os.cpu_count() or 1
-        ray.init(
-            address="local",
-            num_cpus=max(cores, workers or 0),
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            **common,
-        )
+        start_local_head(max(os.cpu_count() or 1, workers or 0), common)
 
 
 def run_sweep(
