@@ -35,8 +35,8 @@ def start_local_head(num_cpus: int, common: dict[str, Any]) -> None:
 
     node = None
     try:
-        node, address, ip = _lean_head(num_cpus)
-        ray.init(address=address, _node_ip_address=ip, **common)
+        node, ip = _lean_head(num_cpus)
+        ray.init(address=node.address, _node_ip_address=ip, **common)
         from ray._private import worker
 
         worker._global_node = node  # so that ray.shutdown ends the head, as for ray.init's own
@@ -56,8 +56,8 @@ def start_local_head(num_cpus: int, common: dict[str, Any]) -> None:
     )
 
 
-def _lean_head(num_cpus: int) -> tuple[Any, str, str]:
-    """The started head node, its GCS address, and the address the driver joins it from."""
+def _lean_head(num_cpus: int) -> tuple[Any, str]:
+    """The started head node, and this machine's address as Ray names it (the driver's too)."""
     from ray._private import services
     from ray._private.node import Node
     from ray._private.parameter import RayParams
@@ -78,4 +78,4 @@ def _lean_head(num_cpus: int) -> tuple[Any, str, str]:
     node = _HeadWithoutApiServer(
         params, head=True, shutdown_at_exit=False, spawn_reaper=True, ray_init_cluster=True
     )
-    return node, node.address, ip
+    return node, ip

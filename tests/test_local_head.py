@@ -25,7 +25,9 @@ def _ray_children() -> list[list[str]]:
 
 def _unused(line: list[str]) -> bool:
     """An autoscaler monitor, a log monitor, the API server, or an idle prestarted worker."""
-    return line[0].startswith("ray::IDLE") or any(part.endswith(UNUSED_SCRIPTS) for part in line)
+    return (
+        bool(line) and line[0].startswith("ray::IDLE") or any(part.endswith(UNUSED_SCRIPTS) for part in line)
+    )
 
 
 def _remote_pid() -> int:
