@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
 # In a source checkout the parts sit beside this folder (``sweep/``, ``jobs/``,
@@ -28,7 +29,10 @@ if os.path.isfile(os.path.join(_CHECKOUT, "pyproject.toml")) and os.path.isfile(
 ):
     __path__.append(_CHECKOUT)
 
-__version__ = "0.1.0"
+try:  # one owner of the version: pyproject.toml, as installed
+    __version__ = _metadata.version("ampsweep")
+except _metadata.PackageNotFoundError:  # a checkout on sys.path, never installed
+    __version__ = "0+unknown"
 
 #: public name -> the module that owns it
 _PUBLIC: dict[str, str] = {

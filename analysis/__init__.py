@@ -38,9 +38,8 @@ if TYPE_CHECKING:
     from ._terminal import render_terminal, terminal_table
     from ._writer import write_report
 
-#: public name -> (the private module that owns it, its name there). Loaded on first use: the CLI
-#: forks its draw helper (``_draw_helper``) before Ray starts, and importing this package's
-#: modules eagerly (pandas, the renderers) held Ray's start back by about 0.4 s on 2 cores.
+#: public name -> (the private module that owns it, its name there). Loaded on first use, so that
+#: ``ampsweep plan`` and the driver's start do not pay for pandas and matplotlib.
 _OWNERS: dict[str, tuple[str, str]] = {
     "snippets": ("._code", "snippets"),
     "CRITERIA": ("._criteria", "CRITERIA"),

@@ -18,7 +18,7 @@ text with ``$`` escaped, so a name cannot switch matplotlib into math mode.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -33,9 +33,6 @@ from ._model import (
     SweepAnalysis,
 )
 from ._plot import FigureImage, new_figure, plot_text, png
-
-if TYPE_CHECKING:
-    from ._draw_helper import DrawHelper
 
 FLOAT16_MAX = 65504.0
 _LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green")
@@ -283,7 +280,7 @@ def failure_figure(data: FailureFigureData | None, key: str) -> FigureImage | No
 
 
 def _drawings(data: FigureData, key: str) -> list[tuple[Callable[..., FigureImage | None], Any, str]]:
-    """One kind's figures in report order, as (draw, its data, key): each a call another process can make."""
+    """One kind's figures in report order, as (draw, its data, key)."""
     return [
         (loss_curves, data.loss, key),
         (grad_norms, data.grad_norm, key),
@@ -298,40 +295,11 @@ def kind_figures(data: FigureData, key: str) -> list[FigureImage]:
     return [image for draw, *args in _drawings(data, key) if (image := draw(*args)) is not None]
 
 
-def report_figures(a: SweepAnalysis, helper: DrawHelper | None = None) -> list[list[FigureImage]]:
+def report_figures(a: SweepAnalysis) -> list[list[FigureImage]]:
     """Every device kind's figures, drawn once for the whole report (index = kind index).
 
     report.html embeds them and ``failure.png`` is the failure figure among
     them: drawing is most of a report's time (matplotlib's layout), so
-    nothing draws a figure twice, and ``ampsweep run`` can draw while its FP32
-    profile still runs (the figures do not show it). With a ``helper``, every
-    other figure is drawn there while this process draws the rest.
+    nothing draws a figure twice.
     """
-    calls = [
-        (kind, drawing)
-        for kind, k in enumerate(a.kinds)
-        if k.figures is not None
-        for drawing in _drawings(k.figures, f"k{kind}")
-    ]
-    there = {n: helper.submit(*calls[n][1]) for n in range(1, len(calls), 2)} if helper is not None else {}
-    here = {n: draw(*args) for n, (_, (draw, *args)) in enumerate(calls) if n not in there}
-    images: list[list[FigureImage]] = [[] for _ in a.kinds]
-    for n, (kind, (draw, *args)) in enumerate(calls):
-        image = here[n] if n in here else _drawn_there(helper, there[n], draw, args)
-        if image is not None:
-            images[kind].append(image)
-    return images
-
-
-def _drawn_there(
-    helper: DrawHelper | None, ticket: int | None, draw: Callable[..., FigureImage | None], args: list[Any]
-) -> FigureImage | None:
-    """The helper's figure; drawn here when the helper could not take it, failed or hung."""
-    from ._draw_helper import HelperFailed
-
-    if helper is not None and ticket is not None:
-        try:
-            return helper.result(ticket)
-        except HelperFailed:
-            pass
-    return draw(*args)
+    return [kind_figures(k.figures, f"k{n}") if k.figures is not None else [] for n, k in enumerate(a.kinds)]

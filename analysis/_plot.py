@@ -41,21 +41,6 @@ def new_figure(width: float = 9.0, height: float = 4.2) -> Figure:
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
 
 
-def warm_up() -> None:
-    """Load matplotlib, Agg and the default font by drawing a tiny figure, and nothing else.
-
-    A report's first figure pays for these imports (about 0.3 s on 2 cores,
-    0.7 s with pandas and the analysis modules). ``ampsweep run`` calls this
-    while Ray starts, when the driver only waits, instead of after the last trial.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from PIL import Image  # noqa: F401 - loaded here for ``png``
-
-    fig = new_figure(1.0, 1.0)
-    fig.add_subplot().set_title("warm-up")
-    FigureCanvasAgg(fig).draw()
-
-
 def png(fig: Figure) -> str:
     """The figure as a 256-colour PNG, base64.
 

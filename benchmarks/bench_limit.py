@@ -256,7 +256,7 @@ import ray
 t1 = time.perf_counter()
 from ampsweep.sweep._launcher import start_ray
 t1b = time.perf_counter()
-start_ray(None, 2)  # the local start ampsweep run makes (sweep._local_head)
+start_ray(None, 2)  # the local start ampsweep run makes
 t2 = time.perf_counter()
 
 @ray.remote(num_cpus=1)

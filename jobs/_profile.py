@@ -24,8 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -113,39 +111,6 @@ def passes_max_at(history: list[tuple[int, float]], horizon: int) -> int | None:
     return int(round(crossing))
 
 
-@contextmanager
-def _synchronous() -> Iterator[None]:
-    """MindSpore launches each op in the calling thread while the profile runs, not through its queue.
-
-    Every hook reads its tensors (``asnumpy``), so with PyNative's asynchronous
-    dispatch each read waits for a hand-off to the launch thread and back:
-    about 40 per sampled step, and on a busy CPU each waits for a core. Launched
-    synchronously the same kernels run in the same order (the profile is the
-    same, to the last digit), with about a quarter less CPU and far less
-    waiting: the profile is what ``ampsweep run`` waits for last.
-
-    Set through MindSpore's context parameter directly, and put back after:
-    ``set_context(pynative_synchronize=...)`` logs a deprecation warning each
-    time, and its replacement ``mindspore.runtime.launch_blocking()`` cannot be
-    undone (the caller's process would stay synchronous). Where that parameter
-    is missing (another MindSpore), the profile runs as it would have.
-    """
-    try:
-        from mindspore._c_expression import ms_ctx_param
-        from mindspore.context import _context
-
-        context, key = _context(), ms_ctx_param.pynative_synchronize
-        before = context.get_param(key)
-        context.set_param(key, True)
-    except (ImportError, AttributeError, RuntimeError, TypeError):
-        yield
-        return
-    try:
-        yield
-    finally:
-        context.set_param(key, before)
-
-
 def _order(cell: CellProfile) -> tuple[int, float]:
     rank = {"overflow": 0, "underflow": 1, None: 2}[cell.risk]
     return rank, -max(cell.forward_max, cell.backward_max or 0.0)
@@ -188,14 +153,13 @@ def profile(
         snapshot = "profile-" + snapshot_id(checkpoint)
         remember(snapshot, checkpoint)
         config = dataclasses.replace(config, start_step=start_step, start_from=snapshot)
-    with _synchronous():
-        compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
-        if compiled is not None:
-            try:
-                return _profile(config, workload_ref, steps, prefix_steps, samples, compiled)
-            except Exception:  # noqa: BLE001 - an odd workload: its own compile below still works
-                pass
-        return _profile(config, workload_ref, steps, prefix_steps, samples)
+    compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
+    if compiled is not None:
+        try:
+            return _profile(config, workload_ref, steps, prefix_steps, samples, compiled)
+        except Exception:  # noqa: BLE001 - an odd workload: its own compile below still works
+            pass
+    return _profile(config, workload_ref, steps, prefix_steps, samples)
 
 
 def _profile(

@@ -1,7 +1,7 @@
 """Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit.
 
 Only the driver writes files; an actor that dies mid-trial loses only that
-attempt (``_dispatch``). A local cluster starts no dashboard.
+attempt (``_dispatch``). A local cluster is Ray's own, with token authentication.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from ._actors import Actors, TailCall
 from ._config import FailurePolicy, RunConfig
 from ._dispatch import Dispatcher, DispatchOptions, Slot
 from ._health import ClusterWatch
-from ._local_head import start_local_head
 from ._lock import DriverLock
 from ._plan import SweepPlan
 from ._prefix import Forks
@@ -58,11 +57,21 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
 
 
-def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
-    """Join a cluster or start a private local one (``start_local_head``).
+#: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
+#: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
-    Never a bare ``ray.init()``: it silently attaches to any cluster whose
-    address another tool left in ``/tmp/ray``.
+
+def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
+    """Join a cluster or start a local one for this sweep.
+
+    A local cluster is Ray's own ``ray.init(address="local")``, which turns
+    token authentication on: anyone who can reach an unauthenticated Ray port
+    can run code as this user, so a sweep opens none unless the user turned
+    authentication off themselves (``RAY_AUTH_MODE=disabled``), and then it
+    says so. Joining a cluster follows that cluster's own setting
+    (``docs/cluster.md``). Never a bare ``ray.init()``: it silently attaches to
+    any cluster whose address another tool left in ``/tmp/ray``.
     """
     import ray
 
@@ -73,8 +82,16 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
         common["runtime_env"] = runtime_env
     if address:
         ray.init(address=address, **common)
-    else:
-        start_local_head(max(os.cpu_count() or 1, workers or 0), common)
+        return
+    mode = os.environ.get(AUTH_MODE_ENV, "token")
+    if mode.lower() != "token":
+        warn(
+            f"{AUTH_MODE_ENV}={mode}: this sweep's local Ray accepts any client that reaches its ports; "
+            f"unset {AUTH_MODE_ENV} to require Ray's token"
+        )
+    ray.init(
+        address="local", num_cpus=max(os.cpu_count() or 1, workers or 0), include_dashboard=False, **common
+    )
 
 
 def run_sweep(

@@ -15,15 +15,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ampsweep import __version__
+
 from ._api import Sweep
 from ._config import RunConfig
 from ._errors import SpecError, SweepStopped
-from ._overlap import _beside, while_ray_stops
 from ._result import SweepResult
 from .devices import DEVICE_KINDS
 
 if TYPE_CHECKING:
-    from ampsweep.analysis._draw_helper import DrawHelper
     from ampsweep.jobs import Profile
 
 EXIT_USAGE = 2
@@ -45,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampsweep", description="Sweep MindSpore mixed-precision settings on Ray and rank them."
     )
+    parser.add_argument("--version", action="version", version=f"ampsweep {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     plan = sub.add_parser("plan", help="validate a spec and list its trials")
@@ -130,46 +131,13 @@ def _print_answer(result: Any, top: int, report: Path) -> None:
     sys.stdout.flush()
 
 
-def _finish_local(
-    sweep: Sweep,
-    root: Path,
-    spec_path: str,
-    top: int,
-    run: SweepResult | None = None,
-    helper: DrawHelper | None = None,
-) -> None:
-    """The end of a local run: profile.json, the report and the answer, all while Ray shuts down.
-
-    Three independent waits remain once the last trial has ended, and run side
-    by side rather than one after the other: Ray's shutdown (the main thread,
-    :func:`while_ray_stops`), the FP32 profile (MindSpore, a helper thread) and
-    the analysis with the figures (another helper thread; drawing is most of a
-    report's time). Only the report's text shows the profile, so the figures
-    are drawn before it is there and the text is written once it is: the same
-    files, and the answer printed in the same order, as one after the other.
-    On bench_vs_tune's grid (2 busy cores) the last trial's end to the exit
-    went from 9-12.8 s (profile, then report, then teardown) to about 5 s, the
-    profile's time beside the figures'. A ``helper`` process draws every other figure.
-    """
+def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int, run: SweepResult | None = None) -> None:
+    """The end of a local run: profile.json, then the report, then the answer printed."""
     from ampsweep.analysis import analyze, write_report
-    from ampsweep.analysis._figures import report_figures
-    from ampsweep.analysis._profile import read_profile
 
-    def analysis_and_figures() -> tuple[Any, list[Any]]:
-        result = analyze(root)
-        try:
-            return result, report_figures(result, helper)
-        finally:
-            if helper is not None:
-                helper.close()
-
-    def report() -> tuple[Any, Path]:
-        result, images = _beside(analysis_and_figures, lambda: _write_profile(sweep, root, spec_path, run))
-        result.profile = read_profile(root)  # written by now (or never): the analysis may predate it
-        return result, write_report(root, analysis=result, images=images, spec_dir=Path(spec_path).parent)
-
-    result, path = while_ray_stops(report)
-    _print_answer(result, top, path)
+    _write_profile(sweep, root, spec_path, run)
+    result = analyze(root)
+    _print_answer(result, top, write_report(root, analysis=result, spec_dir=Path(spec_path).parent))
 
 
 def _write_profile(sweep: Sweep, root: Path, spec_path: str, run: SweepResult | None = None) -> None:
@@ -229,8 +197,6 @@ def _plain(value: object) -> object:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._early import validate_while_ray_starts
-
     config = RunConfig(
         workers=args.workers,
         address=args.address,
@@ -241,10 +207,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the report's FP32 profile, run by the first worker the trials leave idle
         profile="://" not in args.out,
     )
-    # the report's plotting loads while Ray starts; a sweep written elsewhere is reported elsewhere
-    warm = _warm_up_report if config.profile else None
-    helper = _start_draw_helper() if config.profile and args.whole_process else None
-    sweep = validate_while_ray_starts(Path(args.spec), config, args.out, meanwhile=warm)
+    sweep = Sweep.from_yaml(args.spec)
     try:
         result = sweep.run(args.out, config)
     except SweepStopped as stop:
@@ -252,9 +215,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(stop.detail, file=sys.stderr)
         resume = "ampsweep " + shlex.join(args.argv)
         print(f"ampsweep: stopped: {stop}; resume with: {resume}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        # a lost cluster can make Ray's own exit handlers wait forever: leave now
-        os._exit(stop.exit_code)
+        return stop.exit_code
+    finally:
+        if args.whole_process:
+            _stop_ray()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     if result.copied:
         counts += f"; {result.copied} copied from a trial that computes the same, not trained"
@@ -266,48 +230,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     else:
         # the answer first, then the table; what ran is a footnote
-        _finish_local(sweep, Path(result.root), args.spec, args.top, result, helper)
+        _finish_local(sweep, Path(result.root), args.spec, args.top, result)
         print(done)
-        if args.whole_process:
-            _exit_now(0)
     return 0
 
 
-def _start_draw_helper() -> DrawHelper | None:
-    """The process that draws half of the report's figures, forked now: before any thread starts."""
-    from ampsweep.analysis._draw_helper import DrawHelper
+def _stop_ray() -> None:
+    """End this process's Ray (the local cluster it started, or its connection to one).
 
-    return DrawHelper.start()
-
-
-def _warm_up_report() -> None:
-    """The report's modules and plotting, loaded while Ray starts (see ``analysis._plot.warm_up``)."""
-    import ampsweep.analysis._figures  # noqa: F401 - pandas and the figures' modules
-    from ampsweep.analysis._plot import warm_up
-
-    warm_up()
-
-
-def _exit_now(code: int) -> None:
-    """End the process here, skipping the interpreter's teardown, once everything is written.
-
-    After a local run or a report the files are closed, Ray is down and the
-    output is flushed; what is left is tearing down MindSpore, pyarrow, Ray
-    and matplotlib in this process (C++ destructors, module cleanup: about a
-    second after a run on 2 cores), which nobody sees. Not when another non-daemon thread or a multiprocessing
-    child still runs: exiting normally waits for those.
+    Garbage is collected first, while Ray still runs: a dead actor's error
+    holds the actor's handle in a reference cycle, and releasing that handle
+    after the shutdown reaches a core worker that is gone.
     """
-    import logging
-    import threading
-
-    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
-    processes = sys.modules.get("multiprocessing")
-    if any(t.is_alive() for t in others) or (processes is not None and processes.active_children()):
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    import gc
+
+    gc.collect()
+    ray.shutdown()
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
@@ -352,8 +293,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not (args.sweep_dir / "trials").is_dir():
         raise SpecError("sweep_dir", str(args.sweep_dir), "a sweep folder OUT/<name> with a trials/ folder")
     _print_top(args.sweep_dir, args.top)
-    if args.whole_process:
-        _exit_now(0)
     return 0
 
 
@@ -366,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     args.argv = argv  # the exact command, for the resume line
-    args.whole_process = whole_process  # may end the process when done (_exit_now)
+    args.whole_process = whole_process  # the command owns its Ray: it ends it when done
     commands = {
         "plan": _cmd_plan,
         "run": _cmd_run,

@@ -206,35 +206,3 @@ def test_generator_dataset_yields_one_epoch_of_tensors() -> None:
     ).batch(1)
     epoch = list(iter(data))
     assert len(epoch) == 3 and isinstance(epoch[0][0], ms.Tensor)
-
-
-def test_the_protobuf_backend_chosen_before_ray_lets_mindspore_import_and_save_after_it(tmp_path) -> None:
-    """``ampsweep run`` picks protobuf's backend before Ray, then imports MindSpore beside Ray's start.
-
-    Pure-Python protobuf slows Ray's start by seconds, so it is chosen only for a
-    MindSpore whose generated modules need it (2.7); a wrong choice fails here
-    on that MindSpore's import or on a checkpoint round trip.
-    """
-    import os
-    import subprocess
-    import sys
-
-    script = f"""
-from ampsweep.sweep._early import choose_protobuf_backend
-backend = choose_protobuf_backend()
-import ray
-import mindspore as ms
-from mindspore import nn
-net = nn.Dense(3, 2)
-ms.save_checkpoint(net, {str(tmp_path / "net.ckpt")!r})
-assert sorted(ms.load_checkpoint({str(tmp_path / "net.ckpt")!r})) == ["bias", "weight"]
-print(backend)
-"""
-    env = {k: v for k, v in os.environ.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    backend = done.stdout.strip().splitlines()[-1]
-    if Version(ms.__version__) >= Version("2.10"):
-        assert backend != "python"  # measured: 2.10's generated modules run on protobuf's default

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -42,21 +41,6 @@ def test_a_tiny_weighted_loss_is_underflow_and_gets_a_static_scale(tmp_path, cap
     assert result["loss_scale"].startswith("static:")
     for cell in result["cells"]:
         assert set(cell) >= {"cell", "class", "forward_max", "backward_max", "underflow_fraction", "risk"}
-
-
-def test_the_profile_runs_synchronously_and_gives_the_same_numbers_as_queued(tmp_path, capsys):
-    """Ops launched in the hooks' thread (the profile's speed-up) change no number, and the mode is put back."""
-    import mindspore as ms
-
-    from ampsweep.jobs import _profile
-
-    spec = _spec(tmp_path, workload="ampsweep.jobs.workloads.tiny_loss:make", steps=300)
-    synchronous = _profile_json(capsys, spec, "--steps", "6")
-    assert ms.get_context("pynative_synchronize") is False
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_profile, "_synchronous", contextlib.nullcontext)
-        queued = _profile_json(capsys, spec, "--steps", "6")
-    assert synchronous == queued
 
 
 @pytest.mark.parametrize("style", ["function", "method", "primitive"])
