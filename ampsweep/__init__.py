@@ -46,7 +46,7 @@ _PUBLIC: dict[str, str] = {
     "SweepPlan": "ampsweep.sweep",
     "Workload": "ampsweep.jobs",
     "TrialConfig": "ampsweep.jobs",
-    "Watch": "ampsweep.jobs._watch",
+    "Watch": "ampsweep.jobs.watch._watch",
     "Outcome": "ampsweep.contracts",
     "Verdict": "ampsweep.contracts",
     "trial_verdict": "ampsweep.contracts",
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from ampsweep.analysis import Analysis, SweepAnalysis, analyze, write_report
     from ampsweep.contracts import Outcome, Verdict, configuration_verdict, trial_verdict
     from ampsweep.jobs import TrialConfig, Workload
-    from ampsweep.jobs._watch import Watch
+    from ampsweep.jobs.watch._watch import Watch
     from ampsweep.sweep import (
         FailurePolicy,
         Grid,

@@ -24,31 +24,31 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._code import snippets
-    from ._criteria import CRITERIA, TIE_RULE
-    from ._csv import RANKING_COLUMNS, ranking_csv
-    from ._html import render_html
-    from ._load import load_trials
-    from ._markdown import render_markdown
     from ._model import FigureData, Fp32Reference, KindAnalysis, Localization, Recommendation, SweepAnalysis
     from ._public import Analysis, analyze, top_configs
-    from ._recommendation import SCHEMA as RECOMMENDATION_SCHEMA
-    from ._recommendation import recommendation_json
-    from ._scores import trial_scores, trial_verdicts
-    from ._terminal import render_terminal, terminal_table
     from ._writer import write_report
+    from .compute._criteria import CRITERIA, TIE_RULE
+    from .compute._load import load_trials
+    from .compute._scores import trial_scores, trial_verdicts
+    from .render._csv import RANKING_COLUMNS, ranking_csv
+    from .render._html import render_html
+    from .render._markdown import render_markdown
+    from .render._recommendation import SCHEMA as RECOMMENDATION_SCHEMA
+    from .render._recommendation import recommendation_json
+    from .render._terminal import render_terminal, terminal_table
+    from .wording._code import snippets
 
 #: public name -> (the private module that owns it, its name there). Loaded on first use, so that
 #: ``ampsweep plan`` and the driver's start do not pay for pandas and matplotlib.
 _OWNERS: dict[str, tuple[str, str]] = {
-    "snippets": ("._code", "snippets"),
-    "CRITERIA": ("._criteria", "CRITERIA"),
-    "TIE_RULE": ("._criteria", "TIE_RULE"),
-    "RANKING_COLUMNS": ("._csv", "RANKING_COLUMNS"),
-    "ranking_csv": ("._csv", "ranking_csv"),
-    "render_html": ("._html", "render_html"),
-    "load_trials": ("._load", "load_trials"),
-    "render_markdown": ("._markdown", "render_markdown"),
+    "snippets": (".wording._code", "snippets"),
+    "CRITERIA": (".compute._criteria", "CRITERIA"),
+    "TIE_RULE": (".compute._criteria", "TIE_RULE"),
+    "RANKING_COLUMNS": (".render._csv", "RANKING_COLUMNS"),
+    "ranking_csv": (".render._csv", "ranking_csv"),
+    "render_html": (".render._html", "render_html"),
+    "load_trials": (".compute._load", "load_trials"),
+    "render_markdown": (".render._markdown", "render_markdown"),
     "FigureData": ("._model", "FigureData"),
     "Fp32Reference": ("._model", "Fp32Reference"),
     "KindAnalysis": ("._model", "KindAnalysis"),
@@ -58,12 +58,12 @@ _OWNERS: dict[str, tuple[str, str]] = {
     "Analysis": ("._public", "Analysis"),
     "analyze": ("._public", "analyze"),
     "top_configs": ("._public", "top_configs"),
-    "RECOMMENDATION_SCHEMA": ("._recommendation", "SCHEMA"),
-    "recommendation_json": ("._recommendation", "recommendation_json"),
-    "trial_scores": ("._scores", "trial_scores"),
-    "trial_verdicts": ("._scores", "trial_verdicts"),
-    "render_terminal": ("._terminal", "render_terminal"),
-    "terminal_table": ("._terminal", "terminal_table"),
+    "RECOMMENDATION_SCHEMA": (".render._recommendation", "SCHEMA"),
+    "recommendation_json": (".render._recommendation", "recommendation_json"),
+    "trial_scores": (".compute._scores", "trial_scores"),
+    "trial_verdicts": (".compute._scores", "trial_verdicts"),
+    "render_terminal": (".render._terminal", "render_terminal"),
+    "terminal_table": (".render._terminal", "terminal_table"),
     "write_report": ("._writer", "write_report"),
 }
 

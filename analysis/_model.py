@@ -4,7 +4,7 @@ The model sits at the start of the one-way chain
 ``model -> text -> renderers -> writer``: it imports no other module of the
 package, so a renderer can never be imported back by the data it shows.
 ``recommendation.json`` is derived from :class:`Recommendation` (see
-:mod:`analysis._recommendation` for its schema), never assembled by hand.
+:mod:`analysis.render._recommendation` for its schema), never assembled by hand.
 The figures' data (:class:`FigureData`) are numbers already read, smoothed
 and binned by ``analyze``, so drawing them reads no file.
 """
@@ -121,9 +121,9 @@ class Recommendation:
     notes: list[str] = field(default_factory=list)
     #: the first lines a person sees (terminal, report): the change in a few words
     #: ("Use O2, keep ExpSoftmax in FP32, clip 1.0"), why (the localized Cell, in a
-    #: sentence), and how sure (seeds, trials); see :mod:`analysis._answer`
+    #: sentence), and how sure (seeds, trials); see :mod:`analysis.wording._answer`
     answer: tuple[str, ...] = ()
-    #: no answer: what the sweep lacked and the next sweep to run (``analysis._next_sweep``)
+    #: no answer: what the sweep lacked and the next sweep to run (``analysis.wording._next_sweep``)
     next_sweep: NextSweep | None = None
 
     @property

@@ -5,9 +5,9 @@
 ``report.html`` (the same plus figures, one self-contained file),
 ``failure.png`` (the failure figure report.md shows, when a configuration broke),
 ``next-spec.yaml`` (when no mixed-precision configuration learns like FP32: the
-sweep's own spec with what it lacked added, ``analysis._next_sweep``) and
+sweep's own spec with what it lacked added, ``analysis.wording._next_sweep``) and
 ``recommendation.json`` (the recommendation as data, schema in
-:mod:`analysis._recommendation`). Files are written to a temporary name and
+:mod:`analysis.render._recommendation`). Files are written to a temporary name and
 renamed into place, as everything else in a sweep folder is, so a reader
 never sees half a report.
 """
@@ -23,17 +23,17 @@ import yaml
 
 from ampsweep.contracts import SPEC_FILE
 
-from ._analyze import analyze
-from ._csv import ranking_csv
-from ._figures import report_figures
-from ._html import render_html
-from ._load import resolve
-from ._markdown import render_markdown
 from ._model import SweepAnalysis
-from ._next_sweep import NEXT_SPEC_FILE, next_spec
-from ._plot import FigureImage
-from ._recommendation import recommendation_json
-from ._text import failure_file
+from .compute._analyze import analyze
+from .compute._load import resolve
+from .render._csv import ranking_csv
+from .render._figures import report_figures
+from .render._html import render_html
+from .render._markdown import render_markdown
+from .render._plot import FigureImage
+from .render._recommendation import recommendation_json
+from .wording._next_sweep import NEXT_SPEC_FILE, next_spec
+from .wording._text import failure_file
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -67,7 +67,7 @@ def write_report(
     ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep
     folder is a URI or read-only. ``analysis`` reuses an ``analyze`` result
     already in hand instead of reading the sweep again; ``images``, that
-    analysis's figures (:func:`analysis._figures.report_figures`) drawn
+    analysis's figures (:func:`analysis.render._figures.report_figures`) drawn
     already. Each figure is drawn once: report.html embeds it and
     ``failure.png`` is the same image. ``spec_dir``, the folder of the spec
     the sweep was run from (known to ``ampsweep run``): a workload file named

@@ -1,7 +1,7 @@
 """The compiled training steps of a sweep, timed bare: no launcher, no Ray, no bookkeeping.
 
 ``python -m benchmarks._bare REQUEST.json OUT.json [CORE]`` builds, for every
-graph named in the request, the same ``jobs._trainer.CompiledStep`` a worker
+graph named in the request, the same ``jobs.training._trainer.CompiledStep`` a worker
 builds, times its first call (compile + one step) and then ``steps`` further
 steps on batches converted to Tensors beforehand, synchronising once per block
 of 25 steps as the trainer does; with ``layer_every`` in the request, every
@@ -53,12 +53,12 @@ def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:
     import numpy as np
 
     from ampsweep.jobs import build_workload
-    from ampsweep.jobs._batches import to_tensors
+    from ampsweep.jobs.training._batches import to_tensors
 
     try:  # the step moved to its own module; older trees keep it in the trainer
-        from ampsweep.jobs._step import CompiledStep
+        from ampsweep.jobs.training._step import CompiledStep
     except ImportError:
-        from ampsweep.jobs._trainer import CompiledStep
+        from ampsweep.jobs.training._trainer import CompiledStep
 
     config = _config(graph)
     steps = int(graph["steps"])

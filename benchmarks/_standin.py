@@ -1,6 +1,6 @@
 """An in-process stand-in for Ray's actors: the driver loop measured alone, at any device count.
 
-``sweep._launcher.drive_trials`` is the driver's whole per-trial path (queue,
+``sweep.cluster._launcher.drive_trials`` is the driver's whole per-trial path (queue,
 dispatch, completions, fail-fast, baselines, the Parquet commit, the lock's
 heartbeat, progress). Given ``InProcessActors`` it runs against "actors" that
 are ``NoopTrialWorker`` objects in this process: each call is answered at
@@ -32,7 +32,7 @@ class CallFailed(Exception):
 
 
 class InProcessActors:
-    """``sweep._actors.Actors`` answered in this process, at once."""
+    """``sweep.cluster._actors.Actors`` answered in this process, at once."""
 
     def __init__(self) -> None:
         self.completions: queue.SimpleQueue[tuple[Any, Future[Any]]] = queue.SimpleQueue()

@@ -1,6 +1,6 @@
 """Issue: "Per-step capture costs at most 5 % of the step time of a bare training loop".
 
-ampsweep's step (``jobs._trainer.CompiledStep``) computes, inside the jitted
+ampsweep's step (``jobs.training._trainer.CompiledStep``) computes, inside the jitted
 graph, the global gradient norm, the clip factor and three statistics per
 parameter (norm, max |g|, non-finite count), and ``_train`` copies the metric
 vectors to the host every ``BLOCK_STEPS`` steps. This benchmark prices all of
@@ -102,7 +102,7 @@ def _fresh_workload(config: Any) -> Any:
 
 
 def _batches(config: Any, count: int | None = None) -> list[tuple[Any, ...]]:
-    from ampsweep.jobs._batches import to_tensors
+    from ampsweep.jobs.training._batches import to_tensors
 
     stream = iter(_fresh_workload(config).batches)
     return [to_tensors(next(stream)) for _ in range(count or DISTINCT_BATCHES)]
@@ -112,8 +112,8 @@ def _bare_parts(config: Any) -> tuple[Any, Any]:
     """The user's own loop: loss cell cast for the policy, value_and_grad, optimizer."""
     import mindspore as ms
 
-    from ampsweep.jobs._amp import apply_amp, known_layer_types, resolve_black_list
-    from ampsweep.jobs._loss_cell import NetworkWithLoss
+    from ampsweep.jobs.training._amp import apply_amp, known_layer_types, resolve_black_list
+    from ampsweep.jobs.training._loss_cell import NetworkWithLoss
 
     workload = _fresh_workload(config)
     known = known_layer_types([workload.network, workload.loss_fn])
@@ -195,7 +195,7 @@ def loop_clip_only(step: Callable[..., Any], clip: Any, batches: Sequence[tuple[
 
 
 def loop_ampsweep(step: Any, clip: Any, batches: Sequence[tuple[Any, ...]]) -> float:
-    """What ``jobs._trainer._train`` does per step: keep outputs, stack and copy each block.
+    """What ``jobs.training._trainer._train`` does per step: keep outputs, stack and copy each block.
 
     Where the step has a sampled variant (``CompiledStep.sampled``, the lean
     step's per-parameter statistics), every ``LAYER_EVERY``-th step runs it, as
@@ -203,7 +203,7 @@ def loop_ampsweep(step: Any, clip: Any, batches: Sequence[tuple[Any, ...]]) -> f
     """
     from mindspore import ops
 
-    from ampsweep.jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs.training._trainer import BLOCK_STEPS
 
     sampled = getattr(step, "sampled", None)
     pending: list[Any] = []
@@ -249,7 +249,7 @@ class Variant:
 
 def _variants(config: Any, keys: Sequence[str] | None = None) -> tuple[list[Variant], int]:
     """The loops to time (``keys``: a subset, each built only if asked for)."""
-    from ampsweep.jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs.training._trainer import BLOCK_STEPS
 
     CompiledStep = _compiled_step_class()
 
@@ -472,9 +472,9 @@ def _lean_step() -> bool:
 def _compiled_step_class() -> Any:
     """``CompiledStep`` wherever this tree keeps it (its own module, or the trainer)."""
     try:
-        from ampsweep.jobs._step import CompiledStep
+        from ampsweep.jobs.training._step import CompiledStep
     except ImportError:
-        from ampsweep.jobs._trainer import CompiledStep
+        from ampsweep.jobs.training._trainer import CompiledStep
     return CompiledStep
 
 
@@ -486,7 +486,7 @@ def run(tiny: bool = False) -> str:
     """
     import mindspore as ms
 
-    from ampsweep.jobs._trainer import BLOCK_STEPS
+    from ampsweep.jobs.training._trainer import BLOCK_STEPS
 
     global ROUNDS, ROUND_STEPS, WARMUP_STEPS, DISTINCT_BATCHES
     if tiny:

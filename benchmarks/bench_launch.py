@@ -15,7 +15,7 @@ Each child times, on ``seed_repro`` (the demo's workload):
 * a **compiled trial**: 300 steps of O2 with ``CustomNorm`` black-listed, the
   graph already compiled (``run_trial`` on a ``GraphCache``), median of 5;
 * a **PyNative step**, plain and with localization's hooks on every Cell
-  (``jobs._hooks.CellProbe``), median of 10 each;
+  (``jobs.localization._hooks.CellProbe``), median of 10 each;
 * **localizing** the diverged O2 trial without a black list (seed 0, both
   loss placements): ``diagnose`` on the worker's compiled graphs, as an actor
   runs it, median of 3 per placement.
@@ -63,10 +63,10 @@ def child(mode: str, tiny: bool) -> dict[str, Any]:
     worker = device_setup(CpuBackend(), 0, None)  # a CPU worker's setup, launch mode as asked
     dataclasses.replace(worker, launch_blocking=mode == "sync").configure_mindspore()
     from ampsweep.jobs import TrialConfig
-    from ampsweep.jobs._hooks import CellProbe
-    from ampsweep.jobs._replay import _Replay
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._hooks import CellProbe
+    from ampsweep.jobs.localization._replay import _Replay
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     steps = 30 if tiny else 300
     common = {
@@ -111,8 +111,8 @@ def child(mode: str, tiny: bool) -> dict[str, Any]:
 def _localize_one(placement: str, common: dict[str, Any], graphs: Any, times: int) -> dict[str, Any]:
     """Median seconds of ``diagnose`` on the diverged O2 trial without a black list, and what it found."""
     from ampsweep.jobs import TrialConfig
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.training._trainer import run_trial
 
     fp32 = TrialConfig(amp_level="O0", black_list=(), clip=None, seed=0, loss_placement=placement, **common)
     run_trial(fp32, WORKLOAD, None, graphs)  # the FP32 twin's graph, as the sweep's worker holds it

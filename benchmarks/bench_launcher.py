@@ -335,18 +335,18 @@ def _dispatch_rate(nodes: int, per_node: int, trials: int, tmp: str) -> dict[str
 def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     """The driver's own per-trial path on ``devices`` simulated devices, with no Ray at all.
 
-    ``sweep._launcher.drive_trials`` (queue, dispatch, completions, baselines,
+    ``sweep.cluster._launcher.drive_trials`` (queue, dispatch, completions, baselines,
     the Parquet commit, the lock's heartbeat) runs against ``_standin``'s
     in-process actors, which answer every call at once; the time they spend
     being actors is deducted. FP32 and O2 trials alternate per seed, as in a
     real grid, so the baseline hints and both phases are exercised.
     """
     from ampsweep.sweep import RunConfig, Sweep, SweepStore
-    from ampsweep.sweep._dispatch import Slot
-    from ampsweep.sweep._launcher import drive_trials
-    from ampsweep.sweep._lock import DriverLock
     from ampsweep.sweep._result import SweepResult
+    from ampsweep.sweep.cluster._launcher import drive_trials
     from ampsweep.sweep.devices import AscendBackend
+    from ampsweep.sweep.scheduling._dispatch import Slot
+    from ampsweep.sweep.store._lock import DriverLock
 
     from ._standin import InProcessActors, QuietCluster
 
@@ -531,7 +531,7 @@ def run_scale(tiny: bool = False) -> str:
         "",
         f"#### The driver loop alone, at {' and '.join(f'{d:,}' for d in loop_devices)} devices",
         "",
-        "`sweep._launcher.drive_trials` (the driver's whole per-trial path: queue, dispatch, completions, "
+        "`sweep.cluster._launcher.drive_trials` (the driver's whole per-trial path: queue, dispatch, completions, "
         "FP32 baselines, the Parquet commit into a real folder, the lock's heartbeat) against "
         "`benchmarks/_standin.py`: one in-process object per simulated device that answers each call at "
         "once, with arguments and results pickled as Ray would; the stand-in's own time (being the actors) "

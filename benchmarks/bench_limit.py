@@ -254,7 +254,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import ray
 t1 = time.perf_counter()
-from ampsweep.sweep._launcher import start_ray
+from ampsweep.sweep.cluster._launcher import start_ray
 t1b = time.perf_counter()
 start_ray(None, 2)  # the local start ampsweep run makes
 t2 = time.perf_counter()

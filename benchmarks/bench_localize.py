@@ -1,7 +1,7 @@
 """What localizing a broken trial costs, with and without the worker's compiled graph of it.
 
 A diverged trial is replayed in PyNative with hooks on every Cell
-(``jobs._localize``); the steps before the overflow need no hooks. The
+(``jobs.localization._localize``); the steps before the overflow need no hooks. The
 worker has just compiled the trial's own graph, so those steps can run on it
 (``GraphCache.compiled_for``) instead of in PyNative or on a fresh compile.
 This measures both ways on the same trials in one process, alternating which
@@ -45,9 +45,9 @@ def _configs(tiny: bool) -> tuple[list[Any], list[Any]]:
 
 def run(tiny: bool = False) -> str:
 
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {(os.cpu_count() or 1) - 1})

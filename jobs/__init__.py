@@ -7,17 +7,17 @@ The driver uses only the names exported here.
 
 from __future__ import annotations
 
-from ._amp import known_layer_types, network_cell_types
-from ._baseline import Baseline, Hint, PendingBaseline
-from ._clip_twin import clip_engages, same_run_with_clip
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
-from ._profile import CellProfile, Profile, profile
 from ._result import Outcome, TrialResult
-from ._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
-from ._trainer import mindspore_version
 from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
+from .profiling._profile import CellProfile, Profile, profile
+from .training._amp import known_layer_types, network_cell_types
+from .training._baseline import Baseline, Hint, PendingBaseline
+from .training._clip_twin import clip_engages, same_run_with_clip
+from .training._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
+from .training._trainer import mindspore_version
 
 __all__ = [
     "Baseline",

@@ -17,11 +17,11 @@ from typing import Any
 
 from ampsweep.contracts import parse_reference
 
-from ._baseline import Hint
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement, overflow_mode
-from ._profile import Profile
 from ._result import TrialResult
+from .profiling._profile import Profile
+from .training._baseline import Hint
 
 
 class TrialWorker:
@@ -52,7 +52,7 @@ class TrialWorker:
             overflow_mode=overflow_mode(setup.mindspore_target),
         )
 
-        from ._trainer import GraphCache
+        from .training._trainer import GraphCache
 
         self.graphs = GraphCache()
 
@@ -74,12 +74,12 @@ class TrialWorker:
         but far worse than FP32) from a healthy trial. ``start`` is the
         snapshot a forked trial starts from (checkpoint bytes).
         """
-        from ._diagnose import diagnose
-        from ._trainer import run_trial
+        from .localization._diagnose import diagnose
+        from .training._trainer import run_trial
 
         workload_ref = self._here(workload_ref)
         if start is not None and config.start_from:
-            from ._snapshot import remember
+            from .training._snapshot import remember
 
             remember(config.start_from, start)
         started_at = datetime.now(timezone.utc)
@@ -100,13 +100,13 @@ class TrialWorker:
         start_step: int = 0,
         checkpoint: bytes | None = None,
     ) -> Profile:
-        """The FP32 float16-headroom profile (``jobs.profile``), on this actor's device.
+        """The FP32 float16-headroom profile (``jobs.profiling``), on this actor's device.
 
         A sweep hands it to the first actor its queue leaves idle, so it runs
         while the other actors finish their last trials instead of after them
         on the driver's CPU.
         """
-        from ._profile import profile
+        from .profiling._profile import profile
 
         return profile(
             self._here(workload_ref),

@@ -8,12 +8,12 @@ from __future__ import annotations
 from ._api import Sweep
 from ._config import FailurePolicy, RunConfig
 from ._errors import SpecError
-from ._grid import count_graphs, equivalents, expand_grid
-from ._launcher import start_ray
-from ._plan import SweepPlan
 from ._result import SweepResult
-from ._spec import Grid, SweepSpec, parse_spec, read_spec
-from ._store import SweepStore
+from .cluster._launcher import start_ray
+from .planning._grid import count_graphs, equivalents, expand_grid
+from .planning._plan import SweepPlan
+from .planning._spec import Grid, SweepSpec, parse_spec, read_spec
+from .store._store import SweepStore
 
 __all__ = [
     "FailurePolicy",

@@ -16,12 +16,12 @@ from typing import Any
 import yaml
 
 from ._config import FailurePolicy, RunConfig
-from ._launcher import run_sweep
-from ._plan import SweepPlan
 from ._result import SweepResult
-from ._search import AdaptiveSearch
-from ._spec import SweepSpec, parse_spec, read_spec
-from ._workload_check import WorkloadFacts, check_workload
+from .cluster._launcher import run_sweep
+from .planning._plan import SweepPlan
+from .planning._spec import SweepSpec, parse_spec, read_spec
+from .planning._workload_check import WorkloadFacts, check_workload
+from .search._search import AdaptiveSearch
 
 
 def resolved_yaml(spec: SweepSpec) -> str:

@@ -1,7 +1,7 @@
 """``ampsweep profile SPEC``: which Cells float16 will hurt, before a sweep is paid for.
 
 One FP32 run of the spec's workload (its first seed, its ``start_from``) with
-hooks, in this process, no Ray: ``ampsweep.jobs.profile`` measures, this
+hooks, in this process, no Ray: ``ampsweep.jobs.profiling`` measures, this
 module picks the start the way the sweep's trials would and renders the result
 as a table (every line at most 100 columns) or as one JSON object on the last
 line of stdout.

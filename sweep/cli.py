@@ -252,7 +252,7 @@ def _stop_ray() -> None:
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from ._pull import open_source, pull
+    from .store._pull import open_source, pull
 
     try:
         source = open_source(args.source, args.address)
@@ -267,7 +267,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from ._status import sweep_status
+    from .store._status import sweep_status
 
     try:
         status = sweep_status(args.sweep_dir)

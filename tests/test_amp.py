@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ampsweep.jobs import build_workload
-from ampsweep.jobs._amp import apply_amp, known_layer_types, resolve_black_list
-from ampsweep.jobs._loss_cell import NetworkWithLoss
+from ampsweep.jobs.training._amp import apply_amp, known_layer_types, resolve_black_list
+from ampsweep.jobs.training._loss_cell import NetworkWithLoss
 
 
 def _cast(level: str, black: tuple[str, ...]):

@@ -21,7 +21,7 @@ import pytest
 
 from ampsweep import analysis
 from ampsweep.analysis import _code, _steps
-from ampsweep.analysis._criteria import rules_text
+from ampsweep.analysis.compute._criteria import rules_text
 from ampsweep.contracts import (
     PLAN_FILE,
     STEPS_SCHEMA,
@@ -757,7 +757,7 @@ def test_recommendation_json_schema(tmp_path: Path) -> None:
     assert set(rec["code"]) == {"train_step", "model"}
     for key in ("final_loss", "steps_to_target", "clip_rate", "speed_vs_fp32"):
         assert set(rec["evidence"][key]) == {"median", "min", "max"}
-    documented = analysis._recommendation.__doc__
+    documented = analysis.render._recommendation.__doc__
     for key in [*rec, *rec["evidence"], *rec["evidence"]["neighbours"][0]]:
         assert f'"{key}"' in documented, f"{key} is not in the schema docstring"
 
@@ -790,7 +790,7 @@ def test_equivalents_are_truncated(tmp_path: Path) -> None:
 
 def test_dynamic_scale_window_matches_trainer() -> None:
     """The scaler the report recommends is the one the trainer ran."""
-    from ampsweep.jobs._step import make_scaler
+    from ampsweep.jobs.training._step import make_scaler
 
     scaler = make_scaler("dynamic")
     row = {

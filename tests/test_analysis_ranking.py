@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from ampsweep import analysis
-from ampsweep.analysis._criteria import beyond_noise
+from ampsweep.analysis.compute._criteria import beyond_noise
 from tests.test_analysis import CURVE, nan_curve, write_anomaly, write_trial
 
 TARGET = 0.5

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from ampsweep.sweep._progress import SweepProgress
+from ampsweep.sweep.scheduling._progress import SweepProgress
 
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 

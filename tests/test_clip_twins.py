@@ -21,10 +21,10 @@ from ampsweep.jobs import (
     same_run_with_clip,
 )
 from ampsweep.sweep import RunConfig, Sweep, SweepStore
-from ampsweep.sweep._dispatch import Slot
-from ampsweep.sweep._launcher import drive_trials
 from ampsweep.sweep._result import SweepResult
+from ampsweep.sweep.cluster._launcher import drive_trials
 from ampsweep.sweep.devices import AscendBackend
+from ampsweep.sweep.scheduling._dispatch import Slot
 from benchmarks._standin import InProcessActors, QuietCluster
 from tests._trial import trial_config
 

@@ -110,7 +110,7 @@ def _wrapped(cell: nn.Cell) -> dict[str, str]:
 
 
 def test_custom_black_list_wraps_cells_as_the_hooks_expect() -> None:
-    """jobs/_hooks.py unwraps ``_OutputTo16._backbone``; ``black_list=`` replaces the default list."""
+    """jobs/localization/_hooks.py unwraps ``_OutputTo16._backbone``; ``black_list=`` replaces the default list."""
     inner = _Net()
     net = amp.custom_mixed_precision(inner, black_list=[nn.Dense], dtype=mstype.float16)
     assert type(net).__name__ == "_OutputTo32" and net._backbone is inner

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from ampsweep.jobs import TrialConfig, build_workload
-from ampsweep.jobs._batches import batch_stream, is_dataset
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._batches import batch_stream, is_dataset
+from ampsweep.jobs.training._trainer import run_trial
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "dataset_workload.py"
 REFERENCE = f"{EXAMPLE}:make"

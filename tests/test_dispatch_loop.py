@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 
 from ampsweep.sweep import RunConfig, Sweep, SweepPlan, SweepStore
-from ampsweep.sweep._dispatch import Slot
-from ampsweep.sweep._launcher import drive_trials
 from ampsweep.sweep._result import SweepResult
+from ampsweep.sweep.cluster._launcher import drive_trials
 from ampsweep.sweep.devices import AscendBackend
+from ampsweep.sweep.scheduling._dispatch import Slot
 from benchmarks._standin import ActorGone, InProcessActors, QuietCluster
 
 NOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "noop_workload.py"
@@ -187,7 +187,7 @@ def test_no_trial_waits_behind_another_when_too_few_are_left_for_every_actor(tmp
 def test_an_actor_left_idle_with_trials_in_line_is_asked_again_before_the_loop_ends(tmp_path, monkeypatch):
     # the queue may leave a ready actor idle (its trial's graph is held by a busy actor); when
     # nothing else is in flight the loop must ask it again rather than end with trials unrun
-    from ampsweep.sweep._dispatch import Dispatcher
+    from ampsweep.sweep.scheduling._dispatch import Dispatcher
 
     take_for = Dispatcher._take_for
     refused = []

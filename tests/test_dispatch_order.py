@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ampsweep.sweep._queue import TrialQueue
+from ampsweep.sweep.scheduling._queue import TrialQueue
 from tests._trial import trial_config
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 from tests._wait import wait_until
 
 pytestmark = pytest.mark.slow

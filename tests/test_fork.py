@@ -12,8 +12,8 @@ import yaml
 
 from ampsweep.contracts import PREFIX_SNAPSHOT, SNAPSHOT_FOLDER
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._snapshot import checkpoint_bytes, remember
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._snapshot import checkpoint_bytes, remember
+from ampsweep.jobs.training._trainer import run_trial
 from ampsweep.sweep import Sweep
 from ampsweep.sweep.cli import main
 from tests._trial import trial_config

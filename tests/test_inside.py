@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from ampsweep import analysis
-from ampsweep.analysis._anomalies import inner_sentence, localization_phrase, overflowed_inside
-from ampsweep.analysis._answer import what_happened
 from ampsweep.analysis._model import Localization
+from ampsweep.analysis.compute._anomalies import inner_sentence, localization_phrase, overflowed_inside
+from ampsweep.analysis.wording._answer import what_happened
 from tests.test_analysis import CURVE, write_anomaly, write_trial
 
 
@@ -67,8 +67,8 @@ def test_replay_of_the_cell_finds_exp() -> None:
     import mindspore as ms
     from mindspore import Tensor
 
-    from ampsweep.jobs._hooks import Event, TensorStats
-    from ampsweep.jobs._inside import replay_inside
+    from ampsweep.jobs.localization._hooks import Event, TensorStats
+    from ampsweep.jobs.localization._inside import replay_inside
     from ampsweep.jobs.workloads.late_softmax import ExpSoftmax
 
     ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -43,7 +43,7 @@ def test_start_step_positions_the_data_where_a_run_from_zero_is(start):
 
 
 def _run(black: tuple[str, ...], steps: int) -> TrialResult:
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.training._trainer import run_trial
 
     config = TrialConfig(
         workload="ampsweep.jobs.workloads.late_softmax:make",

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from ampsweep.jobs import TrialConfig, build_workload
-from ampsweep.jobs._batches import to_tensors
-from ampsweep.jobs._capture import sampled_steps
-from ampsweep.jobs._step import SAMPLED_STATS
-from ampsweep.jobs._trainer import CompiledStep, GraphCache, run_trial, seed_everything
+from ampsweep.jobs.training._batches import to_tensors
+from ampsweep.jobs.training._capture import sampled_steps
+from ampsweep.jobs.training._step import SAMPLED_STATS
+from ampsweep.jobs.training._trainer import CompiledStep, GraphCache, run_trial, seed_everything
 from tests._trial import trial_config
 
 GOLDEN = Path(__file__).parent / "golden" / "lean_step.json"

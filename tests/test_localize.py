@@ -14,7 +14,7 @@ import pytest
 
 from ampsweep.contracts import ANOMALIES_SCHEMA
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._localize import REL_ERROR_THRESHOLD, localize
+from ampsweep.jobs.localization._localize import REL_ERROR_THRESHOLD, localize
 from tests._trial import trial_config
 
 WORKLOADS = Path(__file__).parent / "workloads"
@@ -145,9 +145,9 @@ MLP = f"{Path(__file__).parent.parent / 'benchmarks' / 'mlp_workload.py'}:make"
 def test_the_worker_replays_the_steps_before_the_overflow_on_the_trials_own_graph():
     # the hand-written cross entropy of this MLP overflows float16 after ~30 steps when cast
     # with the network: long enough for a prefix, too short for a compile to pay off
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")
     graphs = GraphCache()
@@ -172,7 +172,7 @@ def test_a_saturating_chip_is_caught_at_the_cell_that_reached_65504():
 def test_a_float16_loss_at_65504_counts_as_an_overflow():
     import numpy as np
 
-    from ampsweep.jobs._capture import loss_ok
+    from ampsweep.jobs.training._capture import loss_ok
 
     loss = np.array([2.0, 65504.0, -65504.0, np.inf, 70000.0])
     assert loss_ok(_config(FORWARD), loss).tolist() == [True, False, False, False, True]
@@ -193,9 +193,9 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
     # updating the old tensors, so every replayed step after a fast-forward was off
     import numpy as np
 
-    from ampsweep.jobs._replay import _ensure_pynative, _Replay, _restore_mode
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._replay import _ensure_pynative, _Replay, _restore_mode
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     config = _config(MLP, steps=30, abort_after=30, amp_level="O0", localize=False)
     graphs = GraphCache()
@@ -221,9 +221,9 @@ def test_a_workers_next_diagnosis_of_a_graph_restarts_its_replay_and_finds_the_s
     # new trial's whole state, so what it finds is what a newly built replay finds
     import re
 
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     graphs = GraphCache()
     first, second = (_config(MLP, steps=60, abort_after=10, loss_placement="inside", seed=s) for s in (0, 1))
@@ -245,9 +245,9 @@ def test_a_workers_next_diagnosis_of_a_graph_restarts_its_replay_and_finds_the_s
 
 def test_a_dynamic_scalers_skipped_steps_do_not_hide_where_a_diverged_trial_broke():
     """The scaler skips its first step (2^16 overflows the gradients): the divergence comes later, in forward."""
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     config = _config(MLP, steps=60, abort_after=10, loss_scale="dynamic", loss_placement="inside")
     graphs = GraphCache()
@@ -267,11 +267,11 @@ def test_a_worker_without_the_fp32_graph_compiles_it_once_for_its_twins_and_find
     # where a compile pays off, so the threshold is lowered: the rule is the same further in.
     import re
 
-    import ampsweep.jobs._fp32_twin as twin
-    from ampsweep.jobs._diagnose import diagnose
-    from ampsweep.jobs._replay import _fp32
-    from ampsweep.jobs._step import LEAN, GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    import ampsweep.jobs.localization._fp32_twin as twin
+    from ampsweep.jobs.localization._diagnose import diagnose
+    from ampsweep.jobs.localization._replay import _fp32
+    from ampsweep.jobs.training._step import LEAN, GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     monkeypatch.setattr(twin, "JIT_PREFIX_MIN_STEPS", 5)
     config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 from ampsweep.sweep import Sweep
 
 NAIVE = "ampsweep.jobs.workloads.naive_loss:make"

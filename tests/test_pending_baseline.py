@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from ampsweep.jobs import Baseline, PendingBaseline
-from ampsweep.sweep._baselines import Baselines
-from ampsweep.sweep._slot import Slot
+from ampsweep.sweep.scheduling._baselines import Baselines
+from ampsweep.sweep.scheduling._slot import Slot
 from tests._trial import trial_config
 
 
@@ -87,7 +87,7 @@ def _completed(loss: list[float], target_loss: float | None):
 
 
 def test_a_target_fp32_never_reached_does_not_make_a_trial_that_learns_like_it_silent():
-    from ampsweep.jobs._diagnose import localize_mode
+    from ampsweep.jobs.localization._diagnose import localize_mode
 
     # both runs fall from 2.3 to 1.3 and stop above the workload's target of 0.9
     fp32_loss = list(np.linspace(2.3, 1.3, 60))
@@ -106,7 +106,7 @@ def test_a_target_fp32_never_reached_does_not_make_a_trial_that_learns_like_it_s
 def test_steps_a_dynamic_scaler_skipped_are_its_work_and_a_static_scales_are_overflows():
     from dataclasses import replace
 
-    from ampsweep.jobs._diagnose import localize_mode
+    from ampsweep.jobs.localization._diagnose import localize_mode
 
     trial = _completed(list(np.linspace(2.3, 1.3, 60)), target_loss=None)
     nonfinite = [

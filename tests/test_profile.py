@@ -10,7 +10,7 @@ import yaml
 
 from ampsweep.contracts import static_scale_for
 from ampsweep.jobs import CellProfile, Profile
-from ampsweep.jobs._profile import EXTRAPOLATE_FROM, passes_max_at, sample_steps
+from ampsweep.jobs.profiling._profile import EXTRAPOLATE_FROM, passes_max_at, sample_steps
 from ampsweep.sweep.cli import main
 
 ATTENTION = Path(__file__).parent / "workloads" / "attention_overflow.py"
@@ -162,10 +162,10 @@ def test_a_run_writes_the_profile_only_for_a_cpu_sweep(tmp_path, capsys):
 
 def test_a_worker_s_profile_runs_on_its_compiled_fp32_graph_and_finds_the_same(monkeypatch):
     from ampsweep.jobs import TrialConfig
-    from ampsweep.jobs._profile import profile
-    from ampsweep.jobs._replay import _Replay
-    from ampsweep.jobs._step import GraphCache
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.localization._replay import _Replay
+    from ampsweep.jobs.profiling._profile import profile
+    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._trainer import run_trial
 
     mlp = f"{Path(__file__).resolve().parents[1] / 'benchmarks' / 'mlp_workload.py'}:make"
     fp32 = TrialConfig(

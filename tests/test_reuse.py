@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._trainer import GraphCache, run_trial
+from ampsweep.jobs.training._trainer import GraphCache, run_trial
 
 
 def _config(
@@ -37,7 +37,7 @@ import json, sys
 import mindspore as ms
 ms.device_context.cpu.op_tuning.threads_num(1)
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 config = TrialConfig(**json.loads(sys.argv[1]))
 result = run_trial(config, config.workload)
 print(json.dumps([result.steps.column(name).to_pylist() for name in ("loss", "grad_norm", "loss_scale")]

@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ampsweep.sweep._lock import DriverLock
-from ampsweep.sweep._status import sweep_status
-from ampsweep.sweep._store import SweepStore
+from ampsweep.sweep.store._lock import DriverLock
+from ampsweep.sweep.store._status import sweep_status
+from ampsweep.sweep.store._store import SweepStore
 
 
 def _lock_of(pid: int, root: Path) -> None:

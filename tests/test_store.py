@@ -9,7 +9,7 @@ import pytest
 
 from ampsweep.contracts import ANOMALIES_SCHEMA, COLUMN_DOCS, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA
 from ampsweep.jobs import TrialConfig, TrialResult
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 from ampsweep.sweep import SweepStore
 
 PINNED = {
@@ -207,7 +207,7 @@ def test_store_accepts_a_file_uri(tmp_path):
 
 def test_a_nested_sweep_folder_forks_from_the_snapshots_of_its_parent(tmp_path):
     # the adaptive search's confirmation round lives in OUT/<name>/confirm and reuses OUT/_snapshots
-    from ampsweep.sweep._store import SweepStore
+    from ampsweep.sweep.store._store import SweepStore
 
     top = SweepStore(str(tmp_path), "search")
     top.write_snapshot("prefix-abc", b"state")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from ampsweep import analysis
-from ampsweep.analysis._terminal import render_terminal
+from ampsweep.analysis.render._terminal import render_terminal
 from tests.test_analysis import CURVE, STEPS, build_ranked_sweep, write_anomaly, write_trial
 
 LONG_CLASS = "SoftmaxCrossEntropyWithLogitsButLonger"

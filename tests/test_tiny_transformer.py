@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ampsweep.jobs import TrialConfig, TrialResult
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 
 pytestmark = pytest.mark.slow
 

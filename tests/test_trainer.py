@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from ampsweep.jobs import TrialConfig, build_workload
-from ampsweep.jobs._batches import to_tensors
-from ampsweep.jobs._capture import is_clipped
-from ampsweep.jobs._step import SAMPLED_STATS
-from ampsweep.jobs._trainer import CompiledStep, _first_abort, run_trial
+from ampsweep.jobs.training._batches import to_tensors
+from ampsweep.jobs.training._capture import is_clipped
+from ampsweep.jobs.training._step import SAMPLED_STATS
+from ampsweep.jobs.training._trainer import CompiledStep, _first_abort, run_trial
 from tests._trial import trial_config
 from tests.linear_workload import numpy_gradient
 

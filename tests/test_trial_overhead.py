@@ -1,6 +1,6 @@
 """A worker's trial builds nothing it already holds, and trains exactly as a fresh process would.
 
-``jobs._starts`` keeps each seed's starting values and converted batches in
+``jobs.training._starts`` keeps each seed's starting values and converted batches in
 the ``GraphCache``; ``run_trial`` then loads them into the held graph instead
 of calling the workload factory again. These tests pin that this shortcut
 changes no number: every column of ``steps`` (but the timing) and of
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import ampsweep.jobs._trainer as trainer
+import ampsweep.jobs.training._trainer as trainer
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs._starts import StartCache, TrialStart, draw
-from ampsweep.jobs._trainer import GraphCache, run_trial
+from ampsweep.jobs.training._starts import StartCache, TrialStart, draw
+from ampsweep.jobs.training._trainer import GraphCache, run_trial
 
 SEED_REPRO = "ampsweep.jobs.workloads.seed_repro:make"
 
@@ -115,7 +115,7 @@ def test_a_diverging_trial_from_a_held_start_matches_a_trial_without_cache(build
 
 def test_a_diverging_trial_trains_no_step_past_its_abort(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once its losses go non-finite, a trial copies them early enough to stop at the abort step."""
-    from ampsweep.jobs._step import CompiledStep
+    from ampsweep.jobs.training._step import CompiledStep
 
     calls = []
     step_call = CompiledStep.__call__

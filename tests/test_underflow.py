@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 from ampsweep.contracts import UNDERFLOW_EVIDENCE, underflow_excess
-from ampsweep.jobs._trainer import run_trial
+from ampsweep.jobs.training._trainer import run_trial
 from tests._trial import trial_config
 
 TINY_LOSS = "ampsweep.jobs.workloads.tiny_loss:make"

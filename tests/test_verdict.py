@@ -23,7 +23,13 @@ from ampsweep.contracts import (
     steps_to_target,
     trial_verdict,
 )
-from ampsweep.sweep._search_rules import SeedEvidence, is_stable, needs_loss_scaling, next_class, shrinkable
+from ampsweep.sweep.search._search_rules import (
+    SeedEvidence,
+    is_stable,
+    needs_loss_scaling,
+    next_class,
+    shrinkable,
+)
 
 FP32 = LearningEvidence(final_loss=0.5, reached_target=True, start_loss=2.5)
 
@@ -164,7 +170,7 @@ def test_the_streaming_scan_and_the_contracts_agree_on_steps_to_target():
     """The analysis computes steps to target while streaming batches; the contracts own the formula."""
     import numpy as np
 
-    from ampsweep.analysis._steps import TrialAccumulator
+    from ampsweep.analysis.compute._steps import TrialAccumulator
 
     rng = np.random.default_rng(3)
     for _ in range(20):

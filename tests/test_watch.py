@@ -22,8 +22,8 @@ import yaml
 from mindspore import amp
 
 from ampsweep.jobs import build_workload, checkpoint_step, misfits, read_checkpoint
-from ampsweep.jobs._watch import CHECK_EVERY
-from ampsweep.jobs._watch_snapshots import detect_policy, loss_scale_of
+from ampsweep.jobs.watch._watch import CHECK_EVERY
+from ampsweep.jobs.watch._watch_snapshots import detect_policy, loss_scale_of
 from ampsweep.sweep import parse_spec
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ GOLDEN = Path(__file__).with_name("lean_step.json")
 
 
 def main() -> None:
-    from ampsweep.jobs._trainer import run_trial
+    from ampsweep.jobs.training._trainer import run_trial
     from tests.test_lean_step import TRIALS, table_values
 
     golden = {}

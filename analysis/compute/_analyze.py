@@ -1,0 +1,99 @@
+"""``analyze``: load, score, aggregate and rank a sweep folder into the model.
+
+The only module that runs the whole computation, every read included (the
+figures' data too: :mod:`analysis.compute._figure_data`); it returns a
+:class:`SweepAnalysis` and writes nothing (see :mod:`analysis._writer`), so
+every renderer formats that model and reads no file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .._model import KindAnalysis, SweepAnalysis
+from ..wording._profile import read_profile
+from ..wording._search import read_search
+from ._anomalies import read_anomalies
+from ._configs import config_scores
+from ._criteria import RankContext
+from ._evidence import kind_recommendation
+from ._figure_data import figure_data
+from ._load import inventory, load_trials, resolve, unreadable_trials
+from ._rank import rank_configs
+from ._scores import fp32_reference, trial_scores
+
+#: device kind / MindSpore target on which float16 is emulated, so speed never decides
+CPU_KIND = "cpu"
+
+
+def speed_decides(kind: str, scores: pd.DataFrame) -> bool:
+    """Speed decides only where every trial computed on an accelerator.
+
+    Both the device kind and MindSpore's own ``device_target`` are checked:
+    ``--compute-on cpu`` runs on CPU under an accelerator's device kind.
+    """
+    if str(kind).lower() == CPU_KIND:
+        return False
+    targets = scores["device_target"].dropna().astype(str).str.lower()
+    return not (targets == CPU_KIND).any()
+
+
+def _sweep_name(trials: pd.DataFrame, fallback: str) -> str:
+    names = trials["sweep"].dropna()
+    return str(names.mode().iloc[0]) if len(names) else fallback
+
+
+def _rank_kind(
+    sweep_dir: str | Path, kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame, figures: bool
+) -> KindAnalysis:
+    reference = fp32_reference(scores)
+    ctx = RankContext(speed_decides=speed_decides(kind, scores))
+    ranking = rank_configs(config_scores(scores, anomalies), reference, ctx)
+    placement = bool(scores["loss_placement_recorded"].any())
+    return KindAnalysis(
+        device_kind=kind,
+        ranking=ranking,
+        reference=reference,
+        recommendation=kind_recommendation(ranking, scores, ctx, placement),
+        speed_decides=ctx.speed_decides,
+        figures=figure_data(sweep_dir, ranking, scores) if figures else None,
+    )
+
+
+def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
+    """Load, score, aggregate and rank a sweep folder (local path or URI), per device kind.
+
+    ``figures`` also gathers what report.html's figures show (a few trials'
+    curves, binned); pass False when only the ranking is wanted.
+    """
+    loc = resolve(sweep_dir)
+    trials = load_trials(sweep_dir)
+    unreadable = unreadable_trials(sweep_dir)
+    trials = trials[~trials["trial_id"].isin(list(unreadable))].reset_index(drop=True)
+    inv = inventory(sweep_dir, trials["trial_id"])
+    inv.unreadable = unreadable
+    scores = trial_scores(sweep_dir, trials)
+    ranked = scores[scores["ranked"]]
+    anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
+    kinds = [
+        _rank_kind(sweep_dir, str(kind), scores[scores["device_kind"] == kind], anomalies, figures)
+        for kind in sorted(set(ranked["device_kind"]))
+    ]
+    rankings = [k.ranking for k in kinds if not k.ranking.empty]
+    if rankings:
+        ranking = pd.concat(rankings, ignore_index=True)
+    else:
+        ranking = rank_configs(config_scores(scores, anomalies), fp32_reference(scores))
+    return SweepAnalysis(
+        name=_sweep_name(trials, loc.name),
+        sweep_dir=str(sweep_dir),
+        scores=scores,
+        ranking=ranking,
+        reference=fp32_reference(scores),
+        inventory=inv,
+        kinds=kinds,
+        search=read_search(sweep_dir),
+        profile=read_profile(sweep_dir),
+    )

@@ -1,0 +1,386 @@
+"""The recommendation for one device kind, with its evidence, as a :class:`Recommendation`.
+
+The recommendation carries its own evidence: its numbers against the FP32
+baseline of the same device kind; its neighbours in the grid
+(:mod:`analysis.compute._neighbours`); how many seeds agree (each seed's trials
+ranked on their own by the same criteria, among the configurations stable on
+every seed); the next stable configuration and whether it is tied within seed
+noise; the Cell that overflows without the change (``anomalies``); and what
+the sweep could not decide. Everything is derived from the ranking table and
+the trial scores.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ampsweep.contracts import FP32_LEVEL
+
+from .._model import (
+    STATUS_NO_STABLE,
+    STATUS_NO_TRIALS,
+    STATUS_RECOMMENDED,
+    Localization,
+    Recommendation,
+)
+from ..wording._answer import answer_lines
+from ..wording._code import snippets
+from ..wording._next_sweep import NEXT_SPEC_FILE, diagnose
+from . import _classes as cls
+from ._classes import num
+from ._criteria import BY_NAME, RankContext
+from ._neighbours import config_dict, neighbours, row_facts, summary
+from ._placement import placement_notes
+from ._rank import clip_phrase, progress_phrase, runs, seed_picks
+
+#: With fewer seeds than this the report says how rare a divergence could hide.
+FEW_SEEDS = 5
+NO_STABLE_HEADLINE = "No mixed-precision configuration was stable on every seed and as good as FP32."
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN and infinities to None, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(float(value)) else None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def describe(row: pd.Series) -> str:
+    """A configuration in words, for the recommendation sentence."""
+    level = "FP32 (AMP level O0)" if row["amp_level"] == FP32_LEVEL else f"AMP level {row['amp_level']}"
+    bits = [f"{level} in {row['dtype']}" if row["amp_level"] != FP32_LEVEL else level]
+    if row["amp_level"] != FP32_LEVEL:
+        bits.append(
+            f"keeping {', '.join(row['black_list'])} in float32"
+            if len(row["black_list"])
+            else "with the default black list"
+        )
+    bits.append(
+        "no gradient clipping" if pd.isna(row["clip"]) else f"clip by global norm at {float(row['clip'])!r}"
+    )
+    bits.append(f"loss scaling: {row['loss_scale']}")
+    return ", ".join(bits) + f" (on {row['device_kind'] or 'an unknown device kind'})"
+
+
+def _steps(value: float) -> str:
+    return "never" if value is None or not np.isfinite(value) else f"{value:.0f}"
+
+
+def _metric(row: pd.Series, name: str) -> dict[str, Any]:
+    return {"median": row[f"{name}_median"], "min": row[f"{name}_min"], "max": row[f"{name}_max"]}
+
+
+def fp32_row(ranking: pd.DataFrame, best: pd.Series | None = None) -> pd.Series | None:
+    """The FP32 baseline row to compare with: O0, no clipping, empty black list.
+
+    Prefers the loss scale and dtype of ``best`` (they do not change an uncast
+    network, but the step times were measured with them), then any O0 row.
+    """
+    o0 = ranking[ranking["amp_level"] == FP32_LEVEL]
+    if o0.empty:
+        return None
+    plain = o0[o0["clip"].isna() & (o0["n_black_listed"] == 0)]
+    pool = plain if len(plain) else o0
+    if best is not None:
+        same = pool[(pool["loss_scale"] == best["loss_scale"]) & (pool["dtype"] == best["dtype"])]
+        if len(same):
+            pool = same
+    return pool.sort_values("rank").iloc[0]
+
+
+def _fp32_comparison(best: pd.Series, fp32: pd.Series | None) -> tuple[dict[str, Any] | None, str]:
+    if fp32 is None:
+        return None, "no FP32 (O0) trial on this device kind: no comparison with FP32 is possible"
+    delta = best["final_loss_median"] - fp32["final_loss_median"]
+    rel = delta / fp32["final_loss_median"] if fp32["final_loss_median"] else np.nan
+    bits = [f"final loss {num(best['final_loss_median'])} vs {num(fp32['final_loss_median'])}"]
+    if np.isfinite(rel):
+        bits[-1] += f" ({rel * 100:+.1f} %)"
+    if np.isfinite(best["steps_to_target_median"]) or np.isfinite(fp32["steps_to_target_median"]):
+        bits.append(
+            f"steps to target {_steps(best['steps_to_target_median'])} vs {_steps(fp32['steps_to_target_median'])}"
+        )
+    if np.isfinite(best["speed_vs_fp32_median"]):
+        speed = best["speed_vs_fp32_median"]
+        word = "faster" if speed > 1.02 else "slower" if speed < 0.98 else "about as fast"
+        bits.append(f"step time {speed:.2f}x FP32's speed ({word})")
+    bits.append(
+        f"FP32 diverged or failed on {int(fp32['n_diverged'] + fp32['n_failed'])}/{int(fp32['n_trials'])}, "
+        f"this configuration on {int(best['n_diverged'] + best['n_failed'])}/{int(best['n_trials'])}"
+    )
+    text = f"against FP32 ({fp32['config_id']}): " + "; ".join(bits)
+    facts = {
+        **row_facts(fp32),
+        "final_loss_delta": delta,
+        "final_loss_delta_rel": rel,
+        "steps_to_target_delta": best["steps_to_target_median"] - fp32["steps_to_target_median"],
+        "text": text,
+    }
+    return facts, text
+
+
+def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] | None, list[str]]:
+    """The next stable mixed-precision row, and whether only seed noise or FP32 classes separate it."""
+    stable = ranking[(ranking["tier"] == cls.TIER_STABLE) & (ranking["rank"] > best["rank"])]
+    if stable.empty:
+        return None, []
+    other = stable.iloc[0]
+    undecided = []
+    if int(other["rank"]) == int(best["rank"]) + 1 and (other["tied_on"] or other["tied_with_above"]):
+        tied = ", ".join(BY_NAME[n].label for n in str(other["tied_on"]).split(", ") if n) or "every score"
+        undecided.append(
+            f"#{int(best['rank'])} and #{int(other['rank'])} ({other['config_id']}) are tied within seed noise "
+            f"on {tied}; #{int(best['rank'])} ranks first on {BY_NAME[other['decided_by']].label}"
+        )
+    facts = {
+        **row_facts(other),
+        "rule": other["rule"],
+        "text": f"next stable configuration, #{int(other['rank'])} {other['config_id']}: {other['rule']}",
+    }
+    return facts, undecided
+
+
+def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series | None) -> list[str]:
+    """Choices the grid did not vary on this device kind."""
+    notes = []
+    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
+    levels = sorted(set(mp["amp_level"]))
+    if len(levels) == 1:
+        notes.append(f"only AMP level {levels[0]} was tried besides FP32")
+    scales = set(ranking["loss_scale"])
+    if scales <= {"none", ""}:
+        notes.append("loss scaling was not tried (every trial ran with `loss_scale: none`)")
+    elif len(scales) == 1:
+        notes.append(f"only loss scaling `{next(iter(scales))}` was tried")
+    dtypes = set(mp["dtype"]) if len(mp) else set(ranking["dtype"])
+    if len(dtypes) == 1:
+        notes.append(f"only {next(iter(dtypes))} was tried as the low-precision type")
+    if best is not None:
+        ids = str(best["trial_ids"]).split()
+        steps = scores.loc[scores["trial_id"].isin(ids), "steps"].dropna()
+        if len(steps):
+            notes.append(
+                f"trials ran {int(steps.max())} steps: instability that starts later in training is not covered"
+            )
+        if best["n_seeds"] < FEW_SEEDS:
+            n = int(best["n_seeds"])
+            notes.append(
+                f"{n} seed{'s' if n != 1 else ''} per configuration: a divergence that hits fewer than about 1 run "
+                f"in {n} can go unseen"
+            )
+    return notes
+
+
+def culprit(ranking: pd.DataFrame, best: pd.Series | None) -> Localization | None:
+    """The localized Cell to show next to the answer.
+
+    Taken from the failing configurations nearest the recommendation: first
+    those whose black list is a subset of its own (what goes wrong without the
+    change), then the same AMP level, then any; within them, the best-ranked.
+    """
+    failing = ranking[ranking["tier"].isin((cls.TIER_UNSTABLE, cls.TIER_SILENT))]
+    rows = [r for _, r in failing.iterrows() if r.get("localizations")]
+    if not rows:
+        return None
+
+    def nearness(row: pd.Series) -> tuple[bool, bool, int]:
+        if best is None:
+            return (False, False, int(row["rank"]))
+        subset = set(row["black_list"]) < set(best["black_list"])
+        return (not subset, row["amp_level"] != best["amp_level"], int(row["rank"]))
+
+    return min(rows, key=nearness)["localizations"][0]
+
+
+def next_steps(ranking: pd.DataFrame, scores: pd.DataFrame, cell: Localization | None) -> list[str]:
+    """Concrete next grid to try, from what this sweep did and did not cover."""
+    tips = []
+    if set(scores["loss_scale"]) <= {"none", ""}:
+        tips.append(
+            "add loss scaling (`loss_scale: [dynamic]`): float16 gradients under- and overflow without it"
+        )
+    if "bfloat16" not in set(scores["dtype"]):
+        tips.append(
+            "try `dtype: [bfloat16]` where the device supports it: float32's exponent range, no overflow at 65504"
+        )
+    if cell is not None and cell.cell_class:
+        tips.append(
+            f"black-list `{cell.cell_class}`, the class of the Cell that went wrong first ({cell.cell}, "
+            f"{cell.phase})"
+        )
+    if (ranking["tier"] == cls.TIER_SILENT).any():
+        tips.append(
+            "finite-but-worse runs usually overflow a normalisation's variance or a softmax/exp: "
+            "keep the normalisation and loss layers in float32"
+        )
+    if (ranking["clip_class"] == cls.CLIP_TOO_SMALL).any():
+        p90 = scores.loc[scores["reference"], "p90_grad_norm"].median()
+        hint = f" (90th percentile of the FP32 pre-clip norm: {p90:.3g})" if np.isfinite(p90) else ""
+        tips.append(f"raise the clip thresholds that fire on nearly every step{hint}")
+    if "O1" not in set(scores["amp_level"]):
+        tips.append("try `amp_level: [O1]`, which casts only matmul/conv-type layers")
+    tips.append("run more steps or seeds if divergence is rare")
+    return tips
+
+
+def _agreement(
+    scores: pd.DataFrame, ranking: pd.DataFrame, best: pd.Series, ctx: RankContext
+) -> tuple[int, int, list[dict[str, Any]], list[str]]:
+    candidates = ranking[ranking["tier"] == cls.TIER_STABLE]
+    # only seeds on which the recommendation itself ran can agree or disagree with it
+    ids = set(str(best["trial_ids"]).split())
+    seeds = {None if pd.isna(x) else x for x in scores.loc[scores["trial_id"].isin(ids), "seed"]}
+    picks = [p for p in seed_picks(candidates, ctx) if p["seed"] in seeds]
+    for pick in picks:
+        pick["agrees"] = pick["config_id"] == best["config_id"]
+    agreeing = sum(p["agrees"] for p in picks)
+    undecided = []
+    others = [p for p in picks if not p["agrees"]]
+    if others:
+        shown = "; ".join(f"seed {p['seed']}: {p['config_id']}" for p in others[:3])
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        undecided.append(
+            f"{len(others)} of {len(picks)} seeds rank another stable configuration first on their own "
+            f"({shown}{more}): the order among the stable configurations is partly seed noise"
+        )
+    return agreeing, len(picks), picks, undecided
+
+
+def _recommended(
+    ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series, kind: str, ctx: RankContext, placement: bool
+) -> Recommendation:
+    fp32 = fp32_row(ranking, best)
+    near, undecided = neighbours(ranking, best)
+    fp32_facts, fp32_text = _fp32_comparison(best, fp32)
+    runner, close_call = _runner_up(ranking, best)
+    agreeing, total, picks, seed_notes = _agreement(scores, ranking, best, ctx)
+    n = int(best["n_trials"])
+    statements = [
+        f"stable on {n}/{n} {runs(best)}; " + clip_phrase(best) + "; " + (progress_phrase(best) or ""),
+        fp32_text,
+        *[nb["text"] for nb in near],
+    ]
+    if total:
+        statements.append(
+            f"{agreeing} of {total} seeds rank it first among the stable configurations on their own"
+        )
+    if runner is not None:
+        statements.append(runner["text"])
+    evidence = {
+        "n_trials": n,
+        "n_seeds": int(best["n_seeds"]),
+        "n_diverged": int(best["n_diverged"]),
+        "n_failed": int(best["n_failed"]),
+        "target_loss": best["target_median"],
+        "final_loss": _metric(best, "final_loss"),
+        "steps_to_target": _metric(best, "steps_to_target"),
+        "clip_rate": _metric(best, "clip_rate"),
+        "speed_vs_fp32": _metric(best, "speed_vs_fp32"),
+        "loss_spikes_median": best["loss_spikes_median"],
+        "fp32": fp32_facts,
+        "neighbours": near,
+        "runner_up": runner,
+        "statements": [s for s in statements if s],
+    }
+    return Recommendation(
+        device_kind=kind,
+        status=STATUS_RECOMMENDED,
+        headline=f"Use {describe(best)}.",
+        config=config_dict(best),
+        config_id=best["config_id"],
+        rank=int(best["rank"]),
+        rule=best["rule"],
+        evidence=clean(evidence),
+        seeds_agreeing=agreeing,
+        seeds_total=total,
+        seed_picks=clean(picks),
+        undecided=undecided + close_call + seed_notes + _dimension_gaps(ranking, scores, best),
+        code=snippets(best),
+        localization=culprit(ranking, best),
+        loss_placement=str(best["loss_placement"]) if placement else None,
+        notes=placement_notes(ranking, scores),
+    )
+
+
+def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recommendation:
+    fp32 = fp32_row(ranking)
+    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
+    counts = mp["stability"].value_counts()
+    summary_text = ", ".join(f"{int(v)} {k}" for k, v in counts.items())
+    statements = [
+        f"no mixed-precision configuration was stable on every seed and as good as FP32 "
+        f"({len(mp)} tried: {summary_text or 'none'})"
+    ]
+    closest = None
+    if len(mp):
+        top = mp.iloc[0]
+        closest = {
+            **row_facts(top),
+            "rule": top["rule"],
+            "text": f"closest: {top['config_id']}: {top['rule']}",
+        }
+        statements.append(closest["text"])
+    if fp32 is not None:
+        statements.append(f"FP32 ({fp32['config_id']}): {summary(fp32)}")
+    cell = culprit(ranking, None)
+    following = diagnose(scores, cell)
+    return Recommendation(
+        device_kind=kind,
+        status=STATUS_NO_STABLE,
+        headline=NO_STABLE_HEADLINE,
+        detail="Keep training in FP32 for now"
+        + (" (code below) " if fp32 is not None else " ")
+        + "and try the next steps listed.",
+        fallback=None if fp32 is None else {"config": config_dict(fp32), "config_id": fp32["config_id"]},
+        evidence=clean(
+            {"closest": closest, "fp32": None if fp32 is None else row_facts(fp32), "statements": statements}
+        ),
+        undecided=_dimension_gaps(ranking, scores, None),
+        next_steps=[
+            f"{following.change} (ready to run: `report/{NEXT_SPEC_FILE}`)"
+            if following.has_spec
+            else following.change,
+            *next_steps(ranking, scores, cell),
+        ],
+        code=None if fp32 is None else snippets(fp32),
+        localization=cell,
+        next_sweep=following,
+    )
+
+
+def kind_recommendation(
+    ranking: pd.DataFrame, scores: pd.DataFrame, ctx: RankContext | None = None, placement: bool = False
+) -> Recommendation:
+    """The recommendation for one device kind (``ranking`` and ``scores`` restricted to it).
+
+    ``placement``: whether the trials recorded ``loss_placement`` (then the
+    answer names it).
+    """
+    kind = str(ranking["device_kind"].iloc[0]) if len(ranking) else ""
+    if ranking.empty:
+        rec = Recommendation(
+            device_kind=kind,
+            status=STATUS_NO_TRIALS,
+            headline="Nothing to recommend: no committed trial could be ranked.",
+        )
+    elif not ranking["recommended"].any():
+        rec = _no_stable(ranking, scores, kind)
+    else:
+        best = ranking[ranking["recommended"]].iloc[0]
+        rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), placement)
+    rec.answer = answer_lines(rec, ranking, len(scores), placement)
+    return rec

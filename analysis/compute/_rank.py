@@ -1,0 +1,263 @@
+"""Order one device kind's configurations by :data:`analysis.compute._criteria.CRITERIA`.
+
+The order, its tie rule and the rules text live in :mod:`analysis.compute._criteria`;
+this module classifies each configuration (stability tier, clip class), sorts
+by the criteria, makes the recommendation minimal, and writes each row's
+words: what the row is (``rule``'s first part) and why it sits below the row
+above it (``phrase``, with ``decided_by``, ``tied_on`` and
+``tied_with_above``).
+
+**Minimal by construction.** After sorting, the best stable configuration is
+checked class by class: when the same configuration without one of its FP32
+classes exists, is stable on every seed and is tied with it on every criterion
+above "FP32 classes", that smaller one joins its groups and so ranks first on
+fewer FP32 classes; repeated until no class can go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .._model import Fp32Reference
+from ..wording._labels import hide_broken_scores, label_columns
+from . import _classes as cls
+from ._anomalies import localizations_phrase
+from ._classes import clip_text, pct
+from ._configs import CONFIG_KEYS
+from ._criteria import FIRST, RankContext, adopt_position, order_paths, placement, ties_above_minimal
+from ._load import black_list_label
+
+#: Columns ``rank_configs`` adds (besides the classification ones).
+PLACEMENT_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above")
+
+
+def runs(row: Mapping[str, Any]) -> str:
+    """'seeds' normally; 'trials' if a seed was run more than once in one configuration."""
+    return "seeds" if row["n_trials"] == row["n_seeds"] else "trials"
+
+
+def clip_phrase(row: Mapping[str, Any]) -> str:
+    """The clip figure in words, e.g. 'clip 1.0 fires on 97 % of steps: threshold too small'."""
+    kind = row["clip_class"]
+    if kind == cls.CLIP_OFF:
+        return "no clipping"
+    head = f"clip {clip_text(row['clip'])}"
+    if kind == cls.CLIP_UNKNOWN:
+        return f"{head}: clip rate unknown (no finite steps recorded)"
+    if kind == cls.CLIP_NEVER:
+        return f"{head} never fires (inert)"
+    spread = ""
+    low, high = pct(row["clip_rate_min"]), pct(row["clip_rate_max"])
+    if low != high:
+        spread = f", {low}-{high} over {runs(row)}"
+    text = f"{head} fires on {pct(row['clip_rate_median'])} of steps{spread}"
+    if kind == cls.CLIP_IN_BAND:
+        return f"{text} (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    if kind == cls.CLIP_OFTEN:
+        return f"{text}: too often (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    return f"{text}: threshold too small"
+
+
+def unstable_phrase(row: Mapping[str, Any]) -> str:
+    """'diverged on 2/3 seeds (first non-finite step median 15); localized to ...'."""
+    n = row["n_trials"]
+    parts = []
+    if row["n_diverged"]:
+        part = f"diverged on {row['n_diverged']}/{n} {runs(row)}"
+        if np.isfinite(row["first_nonfinite_step_median"]):
+            part += f" (first non-finite step median {row['first_nonfinite_step_median']:.0f})"
+        parts.append(part)
+    if row["n_failed"]:
+        part = f"failed on {row['n_failed']}/{n} {runs(row)}"
+        if row["error"]:
+            part += f" ({row['error']})"
+        parts.append(part)
+    text = "; ".join(parts)
+    if row.get("localizations"):
+        text += f"; localized to {localizations_phrase(row['localizations'])}"
+    return text
+
+
+def progress_phrase(row: Mapping[str, Any]) -> str:
+    """Steps to target, final loss and speed of a stable row, in words."""
+    bits = []
+    if np.isfinite(row["steps_to_target_median"]):
+        spread = ""
+        if row["steps_to_target_min"] != row["steps_to_target_max"]:
+            spread = f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
+        bits.append(
+            f"reaches target {cls.num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
+            f"(median{spread})"
+        )
+    elif pd.notna(row["target_median"]):
+        bits.append(
+            f"reaches target {cls.num(row['target_median'])} on only "
+            f"{row['n_reached_target']}/{row['n_trials']} {runs(row)}"
+        )
+    if np.isfinite(row["final_loss_median"]):
+        bits.append(f"final loss {cls.num(row['final_loss_median'])}")
+    if np.isfinite(row["speed_vs_fp32_median"]):
+        bits.append(f"{row['speed_vs_fp32_median']:.2f}x FP32 speed")
+    return ", ".join(bits)
+
+
+def _with_bad_clip(row: Mapping[str, Any], text: str) -> str:
+    if row["clip_class"] in (cls.CLIP_OFTEN, cls.CLIP_TOO_SMALL):
+        return f"{text}; {clip_phrase(row)}"
+    return text
+
+
+def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
+    """What a ranking row is, in one sentence (before its placement)."""
+    tier = row["tier"]
+    if tier == cls.TIER_UNSTABLE:
+        return _with_bad_clip(row, unstable_phrase(row))
+    if tier == cls.TIER_SILENT:
+        text = f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
+        if row.get("localizations"):
+            text += f"; localized to {localizations_phrase(row['localizations'])}"
+        return _with_bad_clip(row, text)
+    progress = progress_phrase(row)
+    head = f"stable on {row['n_trials']}/{row['n_trials']} {runs(row)}; {clip_phrase(row)}"
+    if progress:
+        head += f"; {progress}"
+    if tier == cls.TIER_FP32:
+        why = (
+            "not recommended because a stable mixed-precision configuration exists"
+            if any_stable_mp
+            else "no mixed-precision configuration is stable, so this is the fallback"
+        )
+        return f"FP32 baseline (O0), {why}; {head}"
+    return head
+
+
+def config_key(row: Mapping[str, Any], black_list: tuple[str, ...] | None = None) -> tuple[Any, ...]:
+    """Identity of a configuration, optionally with another black list (clip NaN compares equal)."""
+    out = []
+    for key in CONFIG_KEYS:
+        if key == "black_list_key":
+            out.append(row[key] if black_list is None else black_list_label(black_list))
+        elif key == "clip":
+            out.append(clip_text(row[key]))
+        else:
+            out.append(row[key])
+    return tuple(out)
+
+
+def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankContext) -> list[tuple]:
+    """Let a stable configuration with one FP32 class less take the lead when it ties (module docstring)."""
+    index = {config_key(r): i for i, r in enumerate(records)}
+    while True:
+        order = sorted(range(len(records)), key=lambda i: paths[i])
+        best = next((i for i in order if records[i]["tier"] == cls.TIER_STABLE), None)
+        if best is None:
+            return paths
+        for name in records[best]["black_list"]:
+            rest = tuple(c for c in records[best]["black_list"] if c != name)
+            smaller = index.get(config_key(records[best], rest))
+            if (
+                smaller is not None
+                and records[smaller]["tier"] == cls.TIER_STABLE
+                and ties_above_minimal(records[best], records[smaller], ctx)
+            ):
+                adopt_position(paths, best, smaller)
+                break
+        else:
+            return paths
+
+
+def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
+    frame = configs.copy()
+    tiers = [cls.tier(row) for _, row in frame.iterrows()]
+    frame["tier"] = [t for t, _ in tiers]
+    frame["silent_reason"] = [r for _, r in tiers]
+    frame["stability"] = frame["tier"].map(cls.TIER_LABELS)
+    frame["clip_class"] = [cls.clip_class(c, r) for c, r in zip(frame["clip"], frame["clip_rate_median"])]
+    frame["clip_label"] = frame["clip_class"].map(cls.CLIP_LABELS)
+    return frame
+
+
+def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tuple[pd.DataFrame, list[tuple]]:
+    """``frame`` sorted by the criteria, and each row's position key (same order)."""
+    records = frame.to_dict("records")
+    paths = order_paths(records, ctx)
+    if minimal:
+        paths = _make_minimal(records, paths, ctx)
+    order = sorted(range(len(records)), key=lambda i: paths[i])
+    return frame.iloc[order].reset_index(drop=True), [paths[i] for i in order]
+
+
+def rank_configs(
+    configs: pd.DataFrame, reference: Fp32Reference, ctx: RankContext | None = None
+) -> pd.DataFrame:
+    """Return ``configs`` sorted by the criteria with ``rank``, ``rule``, ``phrase``,
+    ``decided_by``, ``tied_on``, ``tied_with_above``, ``stability``,
+    ``clip_label`` and ``recommended`` added.
+
+    ``recommended`` is true for at most one row: the best stable
+    mixed-precision configuration. When there is none, no row is recommended
+    and the report says so rather than promoting FP32 or an unstable one.
+    """
+    ctx = ctx or RankContext()
+    if configs.empty:
+        return label_columns(configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[]))
+    frame, paths = ordered(hide_broken_scores(_classify(configs, reference)), ctx)
+    frame["rank"] = np.arange(1, len(frame) + 1)
+    any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
+    frame["recommended"] = False
+    if any_stable_mp:
+        frame.loc[int(np.flatnonzero(frame["tier"] == cls.TIER_STABLE)[0]), "recommended"] = True
+    records = frame.to_dict("records")
+    placements = [FIRST] + [
+        placement(records[i], records[i - 1], paths[i], paths[i - 1], i, ctx) for i in range(1, len(records))
+    ]
+    frame["phrase"] = [p.phrase for p in placements]
+    frame["decided_by"] = [p.decided_by for p in placements]
+    frame["tied_on"] = [", ".join(p.tied_on) for p in placements]
+    frame["tied_with_above"] = [p.tied_with_above for p in placements]
+    rules = []
+    for record, place in zip(records, placements):
+        text = description(record, any_stable_mp)
+        if place is FIRST:
+            place_text = "ranked first" + (" (recommended)" if record["recommended"] else "")
+        else:
+            place_text = place.phrase
+        rules.append(f"{text}; {place_text}")
+    frame["rule"] = rules
+    return label_columns(frame)
+
+
+def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:
+    """For each seed, the candidate that seed's own trials rank first, by the same criteria.
+
+    ``candidates`` are ranking rows stable on every seed. Each becomes one row
+    per seed whose figures are that seed's alone, so the tie rule reduces to
+    an exact comparison (one seed has no spread) and no class is minimised away.
+    """
+    if candidates.empty:
+        return []
+    per_seed: dict[Any, list[dict[str, Any]]] = {}
+    for row in candidates.to_dict("records"):
+        for seed, final in row["per_seed"]["final"].items():
+            one = {fig: {seed: values.get(seed, np.nan)} for fig, values in row["per_seed"].items()}
+            rate = one["clip_rate"][seed]
+            per_seed.setdefault(seed, []).append(
+                {
+                    **row,
+                    "per_seed": one,
+                    "clip_class": cls.clip_class(row["clip"], rate),
+                    "steps_to_target_median": one["steps_to_target"][seed],
+                    "final_loss_median": final,
+                    "speed_vs_fp32_median": one["speed_vs_fp32"][seed],
+                }
+            )
+    picks = []
+    for seed in sorted(per_seed, key=lambda s: (s is None, 0 if s is None else s)):
+        rows = pd.DataFrame(per_seed[seed])
+        first, _ = ordered(rows, ctx, minimal=False)
+        picks.append({"seed": seed, "config_id": first.iloc[0]["config_id"]})
+    return picks

@@ -1,0 +1,279 @@
+"""Per-trial scores, including the ones that need the FP32 baseline.
+
+Two figures are relative to FP32 (AMP level ``O0``), which is why the step
+scan runs in two phases: first the O0 trials, whose final losses define the
+fallback target, then everything else with its target known.
+
+* *Target loss*: the workload's ``target_loss`` when it has one; otherwise
+  ``TARGET_FROM_FP32`` x the FP32 final loss for the same workload, device
+  kind and seed (loss scale and dtype do not matter for an uncast network).
+  Where that seed has no O0 trial, the median over the kind's O0 seeds is
+  used.
+* *Speed vs FP32*: median step time of the O0 reference trials on the same
+  device kind divided by this trial's median step time (> 1 = faster).
+
+The *FP32 reference* trials are the O0 trials with no clipping and an empty
+black list; when a seed (on a device kind) has none of those, any O0 trial of
+that seed is used, so a sweep that only ran clipped O0 still has a baseline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    TARGET_FROM_FP32,
+    LearningEvidence,
+    Outcome,
+    TrialVerdict,
+    Verdict,
+    trial_verdict,
+    underflow_excess,
+)
+
+from .._model import Fp32Reference
+from ._load import load_trials
+from ._steps import aggregate_steps
+
+UNSTABLE_OUTCOMES = (Outcome.DIVERGED.value, Outcome.FAILED.value)
+
+
+def ranked_trials(trials: pd.DataFrame) -> pd.Series:
+    """Which trials count in the ranking.
+
+    A trial marked ``equivalent_to`` another is dropped only when that other
+    trial is committed: otherwise dropping it would lose the configuration
+    altogether on a partial sweep.
+    """
+    committed = set(trials["trial_id"])
+    duplicate = trials["equivalent_to"].notna() & trials["equivalent_to"].isin(committed)
+    return ~duplicate
+
+
+def _reference_mask(trials: pd.DataFrame) -> pd.Series:
+    o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
+    plain = o0 & trials["clip"].isna() & (trials["black_list"].map(len) == 0)
+    keys = ["workload", "device_kind", "seed"]
+    has_plain = plain.groupby([trials[k] for k in keys], dropna=False).transform("any")
+    return plain | (o0 & ~has_plain)
+
+
+def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
+    """FP32 final loss per trial, NaN where unknown.
+
+    Numerics differ between backends, so the FP32 run of the same workload,
+    device kind and seed is used first, then the median over that kind's
+    seeds; only a kind with no FP32 run at all borrows another kind's
+    (same seed, then any seed).
+    """
+    ref = trials["reference"] & np.isfinite(final)
+    completed = ref & (trials["outcome"] == "completed")
+    use = completed if completed.any() else ref
+    refs = trials.loc[use, ["workload", "device_kind", "seed"]].assign(final=final[use])
+    lookups = [
+        (
+            ("workload", "device_kind", "seed"),
+            refs.groupby(["workload", "device_kind", "seed"], dropna=False),
+        ),
+        (("workload", "device_kind"), refs.groupby(["workload", "device_kind"], dropna=False)),
+        (("workload", "seed"), refs.groupby(["workload", "seed"], dropna=False)),
+        (("workload",), refs.groupby(["workload"], dropna=False)),
+    ]
+    tables = [(keys, group["final"].median().to_dict()) for keys, group in lookups]
+    out = []
+    for row in trials[["workload", "device_kind", "seed"]].itertuples(index=False):
+        value = np.nan
+        for keys, table in tables:
+            key = tuple(getattr(row, k) for k in keys)
+            value = table.get(key if len(key) > 1 else key[0], table.get(key, np.nan))
+            if np.isfinite(value):
+                break
+        out.append(value)
+    return pd.Series(out, index=trials.index, dtype="float64")
+
+
+def _fp32_spread(trials: pd.DataFrame, final: pd.Series, start: pd.Series) -> pd.Series:
+    """The FP32 seeds' seed noise per trial: how far their final losses lie apart, as a share
+    of FP32's median decrease, for the same workload and device kind (0 with fewer than two seeds)."""
+    ref = trials["reference"] & np.isfinite(final) & np.isfinite(start)
+    keys = [trials.loc[ref, "workload"], trials.loc[ref, "device_kind"]]
+    groups = pd.DataFrame({"final": final[ref], "start": start[ref]}).groupby(keys, dropna=False)
+    spread: dict[object, float] = {}
+    for key, group in groups:
+        decrease = float(group["start"].median() - group["final"].median())
+        if len(group) > 1 and decrease > 0:
+            spread[key] = float(group["final"].max() - group["final"].min()) / decrease
+    out = [spread.get((w, k), 0.0) for w, k in zip(trials["workload"], trials["device_kind"])]
+    return pd.Series(out, index=trials.index, dtype="float64")
+
+
+def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
+    """Prefer the figure recomputed from steps; fall back to the trainer's own."""
+    return steps["final_loss_steps"].fillna(trials["final_loss"])
+
+
+def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Return the trials table with every per-trial score added.
+
+    Added columns: ``ranked``, ``reference``, ``target``, ``target_source``,
+    ``final`` (final loss), ``first_nonfinite``, ``clip_rate``,
+    ``steps_per_s``, ``speed_vs_fp32``, ``unstable``, plus the raw step
+    aggregates from :func:`analysis.aggregate_steps`. Trials that are not
+    ranked (equivalent duplicates) are not scanned and keep NaN scores.
+    """
+    trials = load_trials(sweep_dir) if trials is None else trials.copy()
+    trials = trials.reset_index(drop=True)
+    trials["ranked"] = ranked_trials(trials)
+    trials["reference"] = _reference_mask(trials)
+
+    is_o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
+    given = trials["target_loss"]
+    phase1 = {t: g for t, g, o in zip(trials["trial_id"], given, is_o0) if o}
+    steps = aggregate_steps(sweep_dir, phase1)
+    steps = steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
+    baseline_final = _baseline_finals(trials, _final_loss(trials, steps))
+    baseline_start = _baseline_finals(trials, steps["start_loss_steps"])
+    spread = _fp32_spread(trials, _final_loss(trials, steps), steps["start_loss_steps"])
+
+    derived = TARGET_FROM_FP32 * baseline_final
+    target = given.where(given.notna(), derived)
+    trials["target"] = target
+    trials["target_source"] = np.where(
+        given.notna(),
+        "workload target_loss",
+        np.where(derived.notna(), f"{TARGET_FROM_FP32} x FP32 final loss", "none"),
+    )
+
+    rescan = trials["ranked"] & (~is_o0 | (given.isna() & target.notna()))
+    phase2 = {t: g for t, g, r in zip(trials["trial_id"], target, rescan) if r}
+    if phase2:
+        again = aggregate_steps(sweep_dir, phase2).set_index("trial_id")
+        positions = trials.index[trials["trial_id"].isin(again.index)]
+        for column in again.columns:
+            steps.loc[positions, column] = again.loc[trials.loc[positions, "trial_id"], column].to_numpy()
+
+    scores = pd.concat([trials, steps], axis=1)
+    scores["final"] = _final_loss(trials, steps)
+    scores["first_nonfinite"] = trials["first_nonfinite_step"].fillna(steps["first_nonfinite_step_seen"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = steps["clipped_steps"] / steps["finite_steps"].where(steps["finite_steps"] > 0)
+        scores["clip_rate"] = rate.where(trials["clip"].notna())
+        scores["steps_per_s"] = 1000.0 / steps["median_step_ms"].where(steps["median_step_ms"] > 0)
+    scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
+    scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
+    scores["underflow"] = _underflow(scores, _baseline_finals(trials, _column(trials, "zero_fraction")))
+    scores["fp32_start"] = baseline_start
+    scores["fp32_spread"] = spread
+    verdicts = _verdicts(scores, baseline_final)
+    scores["verdict"] = [v.verdict.value for v in verdicts]
+    scores["verdict_reason"] = [v.reason for v in verdicts]
+    return scores
+
+
+def _fp32_reached(scores: pd.DataFrame) -> pd.Series:
+    """Whether the FP32 reference of each trial's seed reached its target (None = unknown).
+
+    The same workload, device kind and seed first; a seed without an FP32 run
+    takes the majority of its kind's FP32 runs.
+    """
+    ref = scores[scores["reference"] & scores["target"].notna()]
+    reached = ref["steps_to_target"].notna()
+    keys = ["workload", "device_kind", "seed"]
+    by_seed = reached.groupby([ref[k] for k in keys], dropna=False).any().to_dict()
+    by_kind = (reached.groupby([ref["workload"], ref["device_kind"]], dropna=False).mean() >= 0.5).to_dict()
+    out = []
+    for row in scores[keys].itertuples(index=False):
+        value = by_seed.get(tuple(row), by_kind.get((row.workload, row.device_kind)))
+        out.append(None if value is None else bool(value))
+    return pd.Series(out, index=scores.index, dtype="object")
+
+
+def _column(trials: pd.DataFrame, name: str) -> pd.Series:
+    """A float column of the trials table; NaN where a sweep written before it existed has none."""
+    if name not in trials.columns:
+        return pd.Series(np.nan, index=trials.index, dtype="float64")
+    return trials[name].astype("float64")
+
+
+def _underflow(scores: pd.DataFrame, fp32_zero: pd.Series) -> pd.Series:
+    """Each trial's ``underflow_excess``: gradient values float16 lost, beyond its FP32 run's own zeros."""
+    values = [
+        underflow_excess(_number(mine), _number(zeros))
+        for mine, zeros in zip(_column(scores, "underflow_fraction"), fp32_zero)
+    ]
+    return pd.Series([np.nan if v is None else v for v in values], index=scores.index, dtype="float64")
+
+
+def _number(value: object) -> float | None:
+    return None if pd.isna(value) else float(value)  # type: ignore[arg-type]
+
+
+def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerdict]:
+    """Each trial's verdict (``ampsweep.contracts.trial_verdict``) against its seed's FP32 run."""
+    fp32_reached = _fp32_reached(scores)
+    out = []
+    for outcome, rows, final, start, to_target, target, fp32_final, fp32_start, spread, reached in zip(
+        scores["outcome"],
+        scores["step_rows"],
+        scores["final"],
+        scores["start_loss_steps"],
+        scores["steps_to_target"],
+        scores["target"],
+        baseline_final,
+        scores["fp32_start"],
+        scores["fp32_spread"],
+        fp32_reached,
+    ):
+        trial = LearningEvidence(
+            final_loss=_number(final),
+            # a trial whose steps were not scanned (an equivalent duplicate) has no steps_to_target
+            reached_target=None if pd.isna(target) or pd.isna(rows) else bool(pd.notna(to_target)),
+            start_loss=_number(start),
+        )
+        fp32 = (
+            None
+            if pd.isna(fp32_final) and reached is None
+            else LearningEvidence(_number(fp32_final), reached, _number(fp32_start), float(spread))
+        )
+        out.append(trial_verdict(outcome, trial, fp32))
+    return out
+
+
+def trial_verdicts(sweep_dir: str | Path) -> dict[str, TrialVerdict]:
+    """The verdict of every committed trial of a sweep folder, by trial id.
+
+    What the adaptive search decides from: the same verdicts the ranking
+    and the report use.
+    """
+    scores = trial_scores(sweep_dir)
+    return {
+        trial_id: TrialVerdict(Verdict(verdict), reason)
+        for trial_id, verdict, reason in zip(scores["trial_id"], scores["verdict"], scores["verdict_reason"])
+    }
+
+
+def _speed_vs_fp32(scores: pd.DataFrame) -> pd.Series:
+    ref = scores["reference"] & scores["median_step_ms"].gt(0)
+    base = scores.loc[ref].groupby(["workload", "device_kind"], dropna=False)["median_step_ms"].median()
+    out = []
+    for workload, kind, ms in zip(scores["workload"], scores["device_kind"], scores["median_step_ms"]):
+        base_ms = base.get((workload, kind), np.nan)
+        out.append(base_ms / ms if ms and ms > 0 else np.nan)
+    return pd.Series(out, index=scores.index, dtype="float64")
+
+
+def fp32_reference(scores: pd.DataFrame) -> Fp32Reference:
+    """Summarise the FP32 reference trials for the silent-failure rule."""
+    ref = scores[scores["reference"]]
+    finals = ref["final"][np.isfinite(ref["final"])]
+    with_target = ref[ref["target"].notna()]
+    reached = bool(len(with_target)) and with_target["steps_to_target"].notna().mean() >= 0.5
+    return Fp32Reference(
+        final_loss=float(finals.median()) if len(finals) else float("nan"),
+        reached_target=reached,
+        n_trials=len(ref),
+    )

@@ -1,0 +1,64 @@
+"""``report/ranking.csv``: every configuration, fixed columns (stable for scripts).
+
+A configuration with a diverged or failed seed has empty convergence columns
+(``steps_to_target_*``, ``final_loss_*``) and says where it broke in
+``broke_at``: its losses before the NaN are not a converged run's.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..compute._anomalies import localizations_phrase
+from ..compute._configs import CONFIG_KEYS
+from ..wording._labels import CONVERGENCE_COLUMNS
+
+#: Columns of ``ranking.csv``, in order: identity, verdict, evidence, placement, rule.
+RANKING_COLUMNS = (
+    "rank",
+    "recommended",
+    "baseline",
+    "stability",
+    "label",
+    *CONFIG_KEYS,
+    "n_seeds",
+    "n_trials",
+    "n_completed",
+    "n_diverged",
+    "n_failed",
+    "divergence_rate",
+    "first_nonfinite_step_median",
+    "broke_at",
+    "clip_label",
+    "clip_rate_median",
+    "clip_rate_min",
+    "clip_rate_max",
+    "target_median",
+    "n_reached_target",
+    *CONVERGENCE_COLUMNS,
+    "speed_vs_fp32_median",
+    "speed_vs_fp32_min",
+    "speed_vs_fp32_max",
+    "steps_per_s_median",
+    "skipped_steps_median",
+    "loss_spikes_median",
+    "n_black_listed",
+    "localized",
+    "config_id",
+    "trial_ids",
+    "tied_with_above",
+    "tied_on",
+    "decided_by",
+    "phrase",
+    "reason",
+    "rule",
+)
+
+
+def ranking_csv(ranking: pd.DataFrame) -> str:
+    """The ranking as CSV text with a fixed column order."""
+    frame = ranking.copy()
+    if "localizations" in frame.columns:
+        frame["localized"] = [localizations_phrase(v) if v else "" for v in frame["localizations"]]
+    frame = frame.reindex(columns=list(RANKING_COLUMNS))
+    return frame.to_csv(index=False, lineterminator="\n")

@@ -1,0 +1,177 @@
+"""What ``ampsweep run`` and ``ampsweep report`` print: the answer first, then a table that fits.
+
+A person reads the first lines of a terminal and nothing below the fold, so
+the output opens with the recommendation's answer lines (the change, why,
+how sure: ``Recommendation.answer``) and the path of report.html, and only
+then shows the top of the ranking. The table has the few columns a choice
+needs, each cell short (the honest labels of :mod:`analysis.wording._labels`: "FP32"
+for O0 rows, "NaN at ~1,367" in place of a broken row's convergence figures,
+"clip out of band" rather than the whole rule); the long rules stay in the
+files. Every line fits the width it is rendered for: the terminal's when
+stdout is one, else :data:`PIPE_WIDTH` (a log, a pipe, tmux capture).
+
+Formatting only: the rows come from the analysis in hand, nothing is read.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import shlex
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import pandas as pd
+
+from .._model import SweepAnalysis
+from ..compute._configs import CONFIG_KEYS
+from ..wording._next_sweep import NEXT_SPEC_FILE
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+#: Width when stdout is not a terminal (a log file, a pipe).
+PIPE_WIDTH = 100
+#: Narrowest width the layout is made for; a narrower terminal still gets lines that fit.
+MIN_WIDTH = 80
+#: What :func:`top_rows` keeps: enough to choose, the rest is in the CSV.
+TOP_COLUMNS = (
+    "rank",
+    "stability",
+    *CONFIG_KEYS,
+    "n_seeds",
+    "n_trials",
+    "divergence_rate",
+    "clip_rate_median",
+    "steps_to_target_median",
+    "final_loss_median",
+    "speed_vs_fp32_median",
+    "label",
+    "outcome_text",
+    "broke_at",
+    "reason",
+    "phrase",
+    "tied_with_above",
+    "rule",
+)
+HEADERS = ("#", "configuration", "seeds", "clip", "to target", "final loss", "why here")
+
+
+def terminal_width(stream: TextIO | None = None) -> int:
+    """The terminal's width when ``stream`` (stdout) is a terminal, else :data:`PIPE_WIDTH`."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if tty else PIPE_WIDTH
+
+
+def top_rows(ranking: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
+    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
+    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
+        # each device kind is ranked on its own: its first n rows, kind after kind
+        ranking = ranking.groupby("device_kind", sort=False).head(n)
+    else:
+        ranking = ranking.head(n)
+    return ranking.loc[:, columns].reset_index(drop=True)
+
+
+def _fmt(value: Any, pattern: str) -> str:
+    try:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return pattern.format(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+    rank = str(row["rank"]) + (" =" if row.get("tied_with_above") else "")
+    if row.get("broke_at"):
+        # a broken row's losses before its NaN are not convergence: show where it broke instead
+        to_target, final = str(row["broke_at"]), "-"
+    else:
+        steps = row["steps_to_target_median"]
+        to_target = "never" if pd.isna(steps) else f"{steps:,.0f}"
+        final = _fmt(row["final_loss_median"], "{:.3g}")
+    clip = "-" if pd.isna(row["clip"]) else _fmt(row["clip_rate_median"], "{:.0%}")
+    return (rank, str(row["label"]), str(row["outcome_text"]), clip, to_target, final, str(row["reason"]))
+
+
+def terminal_table(result: SweepAnalysis, top: int, report_path: str | Path | None = None) -> Table:
+    """The first ``top`` ranked rows (per device kind) as a compact ``rich`` table.
+
+    ``report_path`` is accepted for callers of the older table, whose title
+    carried it; the link now opens the output (:func:`render_terminal`).
+    """
+    from rich import box
+    from rich.table import Table
+
+    frame = top_rows(result.ranking, top)
+    total = len(result.ranking)
+    table = Table(
+        title=f"top {len(frame)} of {total} configurations",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for name in HEADERS:
+        right = name in ("clip", "to target", "final loss")
+        table.add_column(name, overflow="fold", justify="right" if right else "left")
+    for row in frame.to_dict("records"):
+        table.add_row(*_cells(row))
+    return table
+
+
+def answer_lines(result: SweepAnalysis) -> list[str]:
+    """Each device kind's answer lines (``Recommendation.answer``), plain text (no backticks)."""
+    many = len(result.kinds) > 1
+    lines = []
+    for kind in result.kinds:
+        for i, line in enumerate(kind.recommendation.answer or (kind.recommendation.headline,)):
+            prefix = f"On {kind.device_kind or 'unknown'}: " if many and i == 0 else ""
+            lines.append(prefix + line.replace("`", ""))
+    return lines or ["Nothing to recommend: no committed trial could be ranked."]
+
+
+def render_terminal(
+    result: SweepAnalysis, top: int = 8, report_path: str | Path | None = None, width: int | None = None
+) -> str:
+    """The whole terminal output as text, every line at most ``width`` wide.
+
+    ``report_path`` is report.md's path (what ``write_report`` returns); the
+    output links report.html next to it.
+    """
+    from rich.console import Console
+    from rich.text import Text
+
+    width = terminal_width() if width is None else width
+    console = Console(
+        file=io.StringIO(),
+        width=width,
+        color_system=None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        legacy_windows=False,
+    )
+    for line in answer_lines(result):
+        console.print(Text(line), overflow="fold")
+    if report_path is not None:
+        console.print(Text(f"Report: {Path(report_path).with_name('report.html')}"), overflow="fold")
+        following = Path(report_path).with_name(NEXT_SPEC_FILE)
+        if following.exists():  # REPORT_DIR is OUT/<name>/report: the next sweep goes beside this one
+            out = shlex.quote(str(following.parent.parent.parent))
+            console.print(
+                Text(f"Next sweep: ampsweep run {shlex.quote(str(following))} --out {out}"), overflow="fold"
+            )
+    if not result.ranking.empty:
+        console.print()
+        console.print(terminal_table(result, top))
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\n".join(line.rstrip() for line in out.splitlines()) + "\n"

@@ -1,0 +1,129 @@
+"""The answer a person reads first: the change, why, and how sure, in one to three lines.
+
+A report that opens with a table makes its reader find the answer; the
+terminal, report.md and report.html all open with these lines instead. They
+are written once, here, from the recommendation and its evidence, into
+``Recommendation.answer``; every renderer only prints them (the terminal adds
+the link to report.html).
+
+1. the change to make, in the words a user types: "Use O2, keep ExpSoftmax in
+   FP32, clip 1.0";
+2. why: the localized Cell in a sentence that says what happened to it
+   (an overflow at its output, or inside it, e.g. the ``exp`` before a
+   division), and where;
+3. how sure: seeds that agree, trials behind it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ampsweep.contracts import FP32_LEVEL
+
+from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
+from ..compute import _classes as cls
+from ..compute._anomalies import _dtype, _num, inner_sentence, lost_precision, overflowed_inside
+from ._next_sweep import NEXT_SPEC_FILE
+
+
+def change_text(config: dict[str, Any], placement: bool = False) -> str:
+    """'Use O2, keep ExpSoftmax in FP32, clip 1.0'."""
+    level = str(config["amp_level"])
+    if level == FP32_LEVEL:
+        head = "Keep FP32 (O0)"
+    else:
+        head = f"Use {level}" + ("" if config.get("dtype") in (None, "float16") else f" in {config['dtype']}")
+    parts = [head]
+    black_list = list(config.get("black_list") or [])
+    if black_list and level != FP32_LEVEL:
+        parts.append(f"keep {', '.join(black_list)} in FP32")
+    clip = config.get("clip")
+    parts.append("no clipping" if clip is None or pd.isna(clip) else f"clip {float(clip)!r}")
+    if str(config.get("loss_scale", "none")) not in ("none", ""):
+        parts.append(f"loss scale {config['loss_scale']}")
+    if placement and config.get("loss_placement") == "inside":
+        parts.append("loss inside the cast")
+    return ", ".join(parts)
+
+
+def _who(loc: Localization) -> str:
+    return f"{loc.cell_class} (`{loc.cell}`)" if loc.cell_class else f"`{loc.cell}`"
+
+
+def _where(loc: Localization) -> str:
+    seeds = ",".join("?" if s is None else str(s) for s in loc.seeds)
+    step = "" if loc.replay_step is None else f"step ~{loc.replay_step:,.0f}, "
+    return f"; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seeds}"
+
+
+def what_happened(loc: Localization) -> str:
+    """The localized Cell in a sentence: what went wrong in it, and where."""
+    dtype = _dtype(loc.output_dtype or loc.input_dtype)
+    if loc.kind == "departure":
+        return f"{_who(loc)} departs from FP32 (relative error {_num(loc.rel_error)}){_where(loc)}"
+    if overflowed_inside(loc):
+        if loc.inner_op:
+            return f"{inner_sentence(loc)}, in `{loc.cell}`{_where(loc)}"
+        return f"{inner_sentence(loc, _who(loc))}{_where(loc)}"
+    if lost_precision(loc):
+        return (
+            f"{_who(loc)} loses precision in {dtype} in the forward pass: its output stays finite but reaches "
+            f"max|x| {_num(loc.max_abs)} where FP32's is {_num(loc.fp32_max_abs)}, and the overflow follows "
+            f"from it{_where(loc)}"
+        )
+    if loc.phase == "backward":
+        return (
+            f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}, "
+            f"FP32 {_num(loc.fp32_max_abs)}){_where(loc)}"
+        )
+    return (
+        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}, FP32 "
+        f"{_num(loc.fp32_max_abs)}){_where(loc)}"
+    )
+
+
+def cause_text(rec: Recommendation) -> str:
+    """'Why: without it, the `exp` inside ExpSoftmax overflowed float16 ...'; '' when nothing was localized."""
+    loc = rec.localization
+    if loc is None:
+        return ""
+    text = what_happened(loc)
+    if rec.config and loc.cell_class and loc.cell_class in (rec.config.get("black_list") or []):
+        return f"Why: without {loc.cell_class} in FP32, {text}."
+    return f"Where it breaks: {text}."
+
+
+def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -> str:
+    """'How sure: stable on 3/3 seeds, 3/3 seeds rank it first; 24 of 36 configurations broke (108 trials).'"""
+    mixed = ranking[ranking["amp_level"] != FP32_LEVEL] if len(ranking) else ranking
+    broke = int((mixed["tier"].isin((cls.TIER_UNSTABLE, cls.TIER_SILENT))).sum()) if len(mixed) else 0
+    tail = f"{broke}/{len(mixed)} mixed-precision configurations broke ({n_trials} trials)"
+    if rec.status != STATUS_RECOMMENDED:
+        return f"How sure: {tail}."
+    evidence = rec.evidence
+    n = int(evidence.get("n_trials") or 0)
+    runs = "seeds" if evidence.get("n_seeds") == n else "trials"
+    agree = f", {rec.seeds_agreeing}/{rec.seeds_total} seeds rank it first" if rec.seeds_total else ""
+    return f"How sure: stable on {n}/{n} {runs}{agree}; {tail}."
+
+
+def answer_lines(
+    rec: Recommendation, ranking: pd.DataFrame, n_trials: int, placement: bool
+) -> tuple[str, ...]:
+    """The one to three lines every output opens with (the change, why, how sure)."""
+    if rec.status == STATUS_NO_TRIALS:
+        return (rec.headline,)
+    if rec.status == STATUS_RECOMMENDED and rec.config:
+        first = change_text(rec.config, placement) + "."
+        why = cause_text(rec)
+    elif rec.next_sweep is not None:
+        # no answer, but the evidence says what the grid lacked: that is the change to make next
+        ready = f" (report/{NEXT_SPEC_FILE})" if rec.next_sweep.has_spec else ""
+        first = f"Keep FP32 (O0) for now; next, {rec.next_sweep.change}{ready}."
+        why = f"Why: {rec.next_sweep.why}."
+    else:
+        first = "Keep FP32 (O0): no mixed-precision configuration was stable on every seed."
+        why = cause_text(rec)
+    return tuple(line for line in (first, why, confidence_text(rec, ranking, n_trials)) if line)

@@ -1,0 +1,147 @@
+"""Why a sweep has no answer, and the sweep to run next.
+
+When no mixed-precision configuration learns like FP32, "keep FP32" is where
+a user starts, not an answer: the evidence already says which remedy the grid
+lacked. Three causes, checked in this order:
+
+* **underflow**: the mixed-precision trials are silent failures and float16
+  lost most of their gradient values (``underflow`` against FP32's own zeros).
+  No black list brings those values back; loss scaling does. The next sweep
+  adds ``loss_scale: [dynamic, static:2^k]``, 2^k from FP32's gradient norm.
+* **overflow**: a localization replay named a Cell (non-finite, or departing
+  from FP32). The next sweep keeps its class in FP32 on top of every black list.
+* **no learning**: neither; the next sweep is an adaptive search over the same
+  grid, with localization on, so the search names what breaks.
+
+The diagnosis is computed once here; the renderers print ``why`` and the
+report writer writes ``next_spec`` as ``report/next-spec.yaml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    UNDERFLOW_EVIDENCE,
+    ReferenceFormError,
+    Verdict,
+    locate_file,
+    parse_reference,
+    static_scale_for,
+)
+
+from .._model import Localization, NextSweep
+
+#: The file the report writer puts the next spec in, beside report.md.
+NEXT_SPEC_FILE = "next-spec.yaml"
+
+
+def _mixed(scores: pd.DataFrame) -> pd.DataFrame:
+    ranked = scores["ranked"] if "ranked" in scores.columns else True
+    return scores[(scores["amp_level"] != FP32_LEVEL) & ranked]
+
+
+def _fp32_gradient_norm(scores: pd.DataFrame) -> float | None:
+    ref = scores.loc[scores["reference"], "max_grad_norm"].astype("float64")
+    ref = ref[np.isfinite(ref) & (ref > 0)]
+    return float(ref.max()) if len(ref) else None
+
+
+def _axis(scores: pd.DataFrame, name: str) -> list[Any]:
+    values: list[Any] = []
+    for value in scores[name]:
+        value = list(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def diagnose(scores: pd.DataFrame, cell: Localization | None) -> NextSweep:
+    """The cause of a sweep without an answer, from its trials' verdicts, underflow and localization."""
+    mixed = _mixed(scores)
+    silent = mixed[mixed["verdict"] == Verdict.SILENT.value]
+    underflow = (
+        silent["underflow"].astype("float64") if "underflow" in silent.columns else pd.Series([], dtype=float)
+    )
+    lost = underflow[underflow >= UNDERFLOW_EVIDENCE]
+    if len(silent) and len(silent) * 2 > len(mixed) and len(lost) * 2 > len(silent):
+        scales = [s for s in _axis(scores, "loss_scale") if s != "none"]
+        for scale in ("dynamic", static_scale_for(_fp32_gradient_norm(scores))):
+            if scale not in scales:
+                scales.append(scale)
+        return NextSweep(
+            "underflow",
+            f"gradients underflow float16: {len(silent)} of {len(mixed)} mixed-precision trials learn clearly "
+            f"worse than FP32 with no NaN, and float16 lost a median {float(lost.median()):.0%} of their "
+            "gradient values (zero or below 2^-24 where FP32 has them); no black list brings them back",
+            f"add loss scaling: loss_scale {scales}",
+            {"loss_scale": scales},
+        )
+    if cell is not None and cell.cell_class:
+        lists = _axis(scores[scores["amp_level"] != FP32_LEVEL], "black_list") or [[]]
+        grown = [sorted(set(bl) | {cell.cell_class}) for bl in lists]
+        added = [bl for bl in grown if bl not in [sorted(b) for b in lists]]
+        what = "overflowed" if cell.kind == "nonfinite" else "departed from FP32"
+        if not added:  # every black list of the grid, with the class added, was run already
+            return NextSweep(
+                "overflow",
+                f"{cell.cell} ({cell.cell_class}) {what} first ({cell.phase}), and the grid already kept "
+                f"{cell.cell_class} in FP32 with each of its other black lists without a stable result: under "
+                "O2 and O3 MindSpore casts a black-listed Cell's output back to float16, so an output beyond "
+                "float16's range still overflows where it leaves the Cell",
+                f"change {cell.cell_class} so that its output fits float16 (for `exp`, stay in log space), "
+                "then sweep again",
+                {},
+            )
+        black_lists = [list(bl) for bl in lists] + added
+        return NextSweep(
+            "overflow",
+            f"{cell.cell} ({cell.cell_class}) {what} first ({cell.phase}); the grid never kept "
+            f"{cell.cell_class} in FP32 together with its other black lists",
+            f"keep {cell.cell_class} in FP32: black_list {black_lists}",
+            {"black_list": black_lists},
+        )
+    return NextSweep(
+        "no_learning",
+        "no mixed-precision trial learns like FP32 and neither underflow nor a localized Cell explains it",
+        "search adaptively over the same grid, with localization on, so the search names what breaks",
+        {},
+        search="adaptive",
+    )
+
+
+def _absolute_workload(reference: Any, spec_dir: Path) -> Any:
+    """A workload file named relative to the run's folder or the spec's, as the absolute path it meant."""
+    try:
+        parsed = parse_reference(str(reference))
+    except ReferenceFormError:
+        return reference
+    found = locate_file(parsed, spec_dir) if parsed.is_file else None
+    return reference if found is None else str(found)
+
+
+def next_spec(spec: dict[str, Any], sweep: NextSweep, spec_dir: str | Path | None = None) -> dict[str, Any]:
+    """The sweep's own (resolved) spec with the change applied, under a new name.
+
+    Black lists written out are a grid's: an adaptive sweep's next spec tests
+    them as ``search: grid`` (adaptive finds its black list itself and refuses
+    one in the grid). With ``spec_dir`` (the folder of the spec the sweep ran
+    from), a relative workload file becomes absolute: the next spec lives in
+    ``report/``, where a relative path would name nothing.
+    """
+    out = dict(spec)
+    if spec_dir is not None and "workload" in out:
+        out["workload"] = _absolute_workload(out["workload"], Path(spec_dir))
+    out["name"] = f"{spec.get('name', 'sweep')}-next"
+    out["grid"] = {**dict(spec.get("grid") or {}), **sweep.grid}
+    if sweep.search:
+        out["search"] = sweep.search
+        out["localize"] = True
+    elif "black_list" in sweep.grid and out.get("search") == "adaptive":
+        out["search"] = "grid"
+    return out

@@ -1,0 +1,140 @@
+"""After a trial: decide whether it needs a culprit, and find it by replay.
+
+A trial that went non-finite (diverged, or completed with steps a static
+loss scale skipped) is replayed up to the step where it failed (past the
+steps a dynamic scaler skipped: those are its work); a trial that
+stayed finite but learned clearly worse than its FP32 baseline — the driver
+passes that baseline (``jobs.Baseline``) when it has one — is replayed side by side
+with FP32. A replay that itself fails never fails the trial: the trial's own
+result stands, with no anomaly row.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ampsweep.contracts import (
+    ANOMALIES_SCHEMA,
+    FP32_LEVEL,
+    TARGET_FROM_FP32,
+    LearningEvidence,
+    Verdict,
+    parse_loss_scale,
+    start_loss,
+    steps_to_target,
+    trial_verdict,
+)
+
+from .._result import Outcome, TrialResult
+from ..training._baseline import Hint, resolve_baseline
+from ..training._capture import loss_ok
+
+if TYPE_CHECKING:
+    from ..training._step import GraphCache
+
+
+def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None] | None:
+    """``(mode, until_step)`` for the replay this trial needs, or None."""
+    if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
+        return None
+    bad = _first_failure(result)
+    if result.outcome == Outcome.DIVERGED or bad is not None:
+        # the replay counts steps from the trial's start; the tables count globally
+        first = result.first_nonfinite_step
+        return "nonfinite", bad if bad is not None else (
+            None if first is None else first - result.config.start_step
+        )
+    if _silent(result, baseline):
+        return "departure", None
+    return None
+
+
+def _first_failure(result: TrialResult) -> int | None:
+    """The first step (from the trial's start) that really failed, or None: the step a replay must reach.
+
+    A step failed when its loss was not a real number, or its gradients were
+    not finite and no dynamic loss scaler skipped the update. Such a scaler
+    skips the steps whose gradients overflow at its current scale (the first
+    ones, at 2^16, nearly always) and lowers the scale: that is its work, not
+    a failure. So a diverged trial is replayed past those steps to where its
+    loss broke (replaying to ten steps past the scaler's first skip ended
+    short of it, and blamed the loss scale), and a completed trial with only
+    such steps is judged as a finite one: it is replayed only if it learns
+    clearly worse than FP32 (about 1 s each on the vs-tune MLP, for a row that
+    said what every dynamic scaler does). A static scale skips too, but cannot
+    adapt: an overflow under it is the failure to look at.
+    """
+    steps = result.steps
+    nonfinite = steps.column("nonfinite").to_numpy(zero_copy_only=False).astype(bool)
+    if not nonfinite.any():
+        return None
+    loss_bad = ~loss_ok(result.config, steps.column("loss").to_numpy(zero_copy_only=False))
+    if parse_loss_scale(result.config.loss_scale).kind == "dynamic":
+        nonfinite &= ~steps.column("skipped").to_numpy(zero_copy_only=False).astype(bool)
+    failed = np.flatnonzero(loss_bad | nonfinite)
+    return int(failed[0]) if len(failed) else None
+
+
+def _silent(result: TrialResult, hint: Hint) -> bool:
+    """Whether the trial is a silent failure by the contracts' verdict, as far as the worker can tell.
+
+    The worker knows its seed's FP32 final loss and whether FP32 reached the
+    target, not FP32's whole curve: a trial that stays above a target FP32
+    reached is then replayed. An extra replay costs seconds; a missed one leaves the
+    search with no Cell to black-list. The report's verdict is the analysis'.
+    Only here, for a trial that stayed finite, does a baseline that still runs
+    elsewhere have to be waited for.
+    """
+    fp32_baseline = resolve_baseline(hint)
+    if fp32_baseline is None:
+        return False
+    fp32_final_loss = fp32_baseline.final_loss
+    target = result.target_loss if result.target_loss is not None else TARGET_FROM_FP32 * fp32_final_loss
+    loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
+    trial = LearningEvidence(result.final_loss, steps_to_target(loss, target) is not None, start_loss(loss))
+    fp32 = LearningEvidence(fp32_final_loss, reached_target=fp32_baseline.reached_target is not False)
+    return trial_verdict(result.outcome, trial, fp32).verdict is Verdict.SILENT
+
+
+def diagnose(
+    result: TrialResult,
+    workload_ref: str,
+    baseline: Hint,
+    graphs: GraphCache | None = None,
+) -> pa.Table:
+    """The ``anomalies`` table of one finished trial: zero or one row.
+
+    ``graphs``: the worker's compiled steps, so the replay can run the steps it
+    need not look at on the trial's own graph instead of compiling one.
+    """
+    wanted = localize_mode(result, baseline)
+    if wanted is None:
+        return ANOMALIES_SCHEMA.empty_table()
+    from ._localize import localize
+
+    mode, until_step = wanted
+    try:
+        table = localize(
+            result.config,
+            workload_ref,
+            mode=mode,
+            device_target=result.placement.device_target,
+            until_step=until_step,
+            graphs=graphs,
+        )
+    except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
+        return ANOMALIES_SCHEMA.empty_table()
+    return _global_steps(table, result.config.start_step)
+
+
+def _global_steps(table: pa.Table, start_step: int) -> pa.Table:
+    """The replay counts from the trial's start; the table records global steps, like ``steps``."""
+    if not start_step or not table.num_rows:
+        return table
+    index = table.schema.get_field_index("replay_step")
+    shifted = pc.add(table.column(index), pa.scalar(start_step, pa.int64()))
+    return table.set_column(index, table.schema.field(index), shifted)

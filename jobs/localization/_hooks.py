@@ -1,0 +1,258 @@
+"""Forward and backward hooks on every Cell of a cast network, for localization.
+
+Used only on a PyNative *replay* of a trial (``jobs.localization._localize``), never on the
+compiled training step: a hook is a Python call per Cell per step, and each one
+copies a tensor to the host.
+
+MindSpore facts this relies on (2.10, checked on CPU):
+
+- ``Cell.register_forward_hook(fn)`` calls ``fn(cell, args, output)`` when the
+  Cell's ``construct`` returns, so nested Cells report innermost first, in
+  execution order (post-order). A Cell called twice per step reports twice.
+- ``Cell.register_backward_hook(fn)`` calls ``fn(cell, grad_input, grad_output)``
+  during ``value_and_grad`` in PyNative; ``grad_input`` is the tuple of
+  gradients w.r.t. the Cell's positional inputs (``None`` for an input that
+  needs no gradient, e.g. the raw data into the first layer or an integer
+  label), ``grad_output`` the gradient arriving at its output. Inner Cells
+  fire in reverse execution order; the enclosing containers fire afterwards.
+- AMP wraps Cells: ``auto_mixed_precision`` puts an ``_OutputTo32`` around the
+  whole loss cell and, under O2/O3 with a black list, an ``_OutputTo16`` around
+  every black-listed Cell, whose real Cell becomes its ``_backbone``. Hooks go
+  on the real Cells only, so a black-listed Cell reports the dtype it really
+  computed in (float32), not the float16 its wrapper hands on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ampsweep.contracts import saturated
+
+#: AMP's wrapper Cells: not the user's layers, and they would double-report.
+_WRAPPER_PREFIX = "_OutputTo"
+
+
+def display_name(qualified: str) -> str | None:
+    """The name a user knows a Cell by, or ``None`` for wrappers.
+
+    ``_backbone`` segments (AMP wrappers) are dropped and the ``network.``
+    prefix of ``NetworkWithLoss`` is stripped, so ``_backbone.network.norm1``
+    (or ``..._backbone.network.norm1._backbone`` when black-listed) reads
+    ``norm1``. The user's root network is ``network``, the loss ``loss_fn``;
+    ``NetworkWithLoss`` itself (name ``""``) is not a layer and is skipped.
+    """
+    parts = [p for p in qualified.split(".") if p and p != "_backbone"]
+    if not parts:
+        return None
+    if parts[0] == "network" and len(parts) > 1:
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def float_arrays(value: Any) -> list[np.ndarray]:
+    """Every floating-point tensor in a hook argument, as NumPy (None and ints skipped)."""
+    if value is None:
+        return []
+    if isinstance(value, (tuple, list)):
+        return [a for item in value for a in float_arrays(item)]
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "asnumpy"):
+        return []
+    if "float" not in str(dtype).lower():
+        return []
+    return [value.asnumpy()]
+
+
+def first_float_dtype(value: Any) -> str | None:
+    """The dtype name of the first floating-point tensor (``float16``, ``float32``)."""
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found = first_float_dtype(item)
+            if found is not None:
+                return found
+        return None
+    dtype = getattr(value, "dtype", None)
+    text = str(dtype).lower() if dtype is not None else ""
+    return text if "float" in text else None
+
+
+@dataclass
+class TensorStats:
+    """What localization needs from one tensor (or all tensors a Cell produced)."""
+
+    finite: bool
+    max_abs: float  # of the finite part; 0.0 when nothing is finite
+    zero_fraction: float
+    size: int
+
+    @classmethod
+    def of(cls, arrays: list[np.ndarray]) -> TensorStats | None:
+        if not arrays:
+            return None
+        flat = np.concatenate([a.astype(np.float64).reshape(-1) for a in arrays])
+        if flat.size == 0:
+            return None
+        ok = np.isfinite(flat)
+        finite_part = np.abs(flat[ok])
+        return cls(
+            # a float16 value at ±65504 is where a saturating chip put an overflow
+            finite=bool(ok.all()) and not any(saturated(a) for a in arrays),
+            max_abs=float(finite_part.max()) if finite_part.size else 0.0,
+            zero_fraction=float(np.mean(flat == 0.0)),
+            size=int(flat.size),
+        )
+
+
+@dataclass
+class Event:
+    """One hook call: a Cell finished its forward pass, or its input gradient was computed."""
+
+    name: str
+    cell_class: str
+    phase: str  # forward | backward
+    call: int  # how many times this Cell had reported in this phase before, this step
+    input_dtype: str | None
+    output_dtype: str | None
+    stats: TensorStats
+    incoming_finite: bool = True  # backward: was the gradient arriving at the output finite?
+    forward_call: int = 0  # backward: which forward call of this Cell the gradient belongs to
+    input_max_abs: float | None = None  # forward: max |x| of the finite part of the inputs
+    array: np.ndarray | None = None  # forward output, kept only when comparing
+    #: forward, only when finite inputs gave a non-finite output: the Cell and its inputs,
+    #: so a primitive-level replay can look inside it (``jobs.localization._inside``)
+    cell: Any = None
+    inputs: tuple[Any, ...] | None = None
+
+
+@dataclass
+class CellProbe:
+    """Hooks on every real Cell of one cast loss cell; records only while ``active``.
+
+    Hooks stay registered for the whole replay and return immediately while
+    inactive, so training steps between checks cost one Python call per Cell.
+    ``keep_arrays`` keeps forward outputs for a comparison with another
+    network (departure mode); otherwise only statistics are kept.
+    """
+
+    keep_arrays: bool = False
+    backward: bool = True
+    active: bool = False
+    events: list[Event] = field(default_factory=list)
+    order: dict[str, int] = field(default_factory=dict)  # name -> index of first forward report
+    _dtypes: dict[tuple[str, int], tuple[str | None, str | None]] = field(default_factory=dict)
+    _calls: dict[tuple[str, str], int] = field(default_factory=dict)
+    _handles: list[Any] = field(default_factory=list)
+
+    def attach(self, loss_cell: Any) -> CellProbe:
+        for qualified, cell in loss_cell.cells_and_names():
+            name = display_name(qualified)
+            if name is None or type(cell).__name__.startswith(_WRAPPER_PREFIX):
+                continue
+            if type(cell).__name__ == "NetworkWithLoss":
+                continue
+            self._handles.append(cell.register_forward_hook(self._forward_hook(name)))
+            if self.backward:
+                self._handles.append(cell.register_backward_hook(self._backward_hook(name)))
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def start(self) -> None:
+        """Record the next step from a clean slate."""
+        self.active = True
+        self.events = []
+        self._dtypes = {}
+        self._calls = {}
+
+    def stop(self) -> None:
+        self.active = False
+
+    def _next_call(self, name: str, phase: str) -> int:
+        key = (name, phase)
+        call = self._calls.get(key, 0)
+        self._calls[key] = call + 1
+        return call
+
+    def _forward_hook(self, name: str) -> Any:
+        def hook(cell: Any, args: Any, output: Any) -> None:
+            if not self.active:
+                return None
+            arrays = float_arrays(output)
+            stats = TensorStats.of(arrays)
+            call = self._next_call(name, "forward")
+            dtypes = (first_float_dtype(args), first_float_dtype(output))
+            self._dtypes[(name, call)] = dtypes
+            self.order.setdefault(name, len(self.order))
+            if stats is None:
+                return None
+            array = None
+            if self.keep_arrays:
+                array = np.concatenate([a.astype(np.float64).reshape(-1) for a in arrays])
+            inputs = TensorStats.of(float_arrays(args))
+            # the overflow happened inside this Cell: keep what a replay of it needs (rare, so cheap)
+            inside = not stats.finite and (inputs is None or inputs.finite)
+            self.events.append(
+                Event(
+                    name,
+                    type(cell).__name__,
+                    "forward",
+                    call,
+                    dtypes[0],
+                    dtypes[1],
+                    stats,
+                    array=array,
+                    forward_call=call,
+                    input_max_abs=None if inputs is None else inputs.max_abs,
+                    cell=cell if inside else None,
+                    inputs=tuple(args) if inside else None,
+                )
+            )
+            return None
+
+        return hook
+
+    def _backward_hook(self, name: str) -> Any:
+        def hook(cell: Any, grad_input: Any, grad_output: Any) -> None:
+            if not self.active:
+                return None
+            stats = TensorStats.of(float_arrays(grad_input))
+            call = self._next_call(name, "backward")
+            if stats is None:  # no input of this Cell needs a gradient
+                return None
+            # the k-th backward report undoes the (n-1-k)-th forward call
+            forward_call = max(0, self._calls.get((name, "forward"), 1) - 1 - call)
+            in_dtype, out_dtype = self._dtypes.get((name, forward_call), (None, None))
+            incoming = TensorStats.of(float_arrays(grad_output))
+            self.events.append(
+                Event(
+                    name,
+                    type(cell).__name__,
+                    "backward",
+                    call,
+                    in_dtype,
+                    out_dtype,
+                    stats,
+                    incoming_finite=incoming is None or incoming.finite,
+                    forward_call=forward_call,
+                )
+            )
+            return None
+
+        return hook
+
+    def first_nonfinite(self, phase: str) -> Event | None:
+        """The first report of ``phase`` whose tensor holds inf or NaN."""
+        return next((e for e in self.events if e.phase == phase and not e.stats.finite), None)
+
+    def find(self, name: str, phase: str, call: int) -> Event | None:
+        return next((e for e in self.events if e.name == name and e.phase == phase and e.call == call), None)
+
+    def forward_events(self) -> Iterable[Event]:
+        return (e for e in self.events if e.phase == "forward")

@@ -1,0 +1,338 @@
+"""Which Cell broke a trial: replay it in PyNative with hooks on every Cell.
+
+The compiled step only sees per-parameter gradients, and once float16 has
+produced an inf every gradient is non-finite at once, so it cannot say where
+the overflow started. A replay can: the same seed and the same batches give
+the same initial weights and the same inputs, and in PyNative each Cell's
+output (forward hook) and its gradient w.r.t. its inputs (backward hook) can
+be looked at as it is produced. See ``jobs.localization._hooks`` for the hook semantics.
+
+Two modes, one anomalies row (or none) each:
+
+``nonfinite``
+    Replay the trial under its own policy (AMP level, black list, dtype, loss
+    scale, clip) up to the first step *of the replay* at which a forward output
+    or an input gradient is inf/NaN: the trial's own compiled graph up to its
+    first non-finite step, then PyNative with hooks. The forward pass runs first, so a forward
+    culprit wins over a backward one in the same step; in forward the first
+    report is the innermost Cell (hooks fire when a Cell returns), in backward
+    the first Cell in backward order. A step whose backward overflows while the
+    forward is finite is what a *dynamic* loss scaler is for (it skips the step
+    and halves the scale): such steps are counted, not reported, unless the
+    replay ends without a forward culprit. Then the same Cell is measured at the
+    same step in an FP32 replay (O0, same seed, batches, loss scale and clip).
+
+``departure`` (silent failures: finite, but learning worse than FP32)
+    Train the trial's policy network in PyNative and, at check steps
+    (``DEPARTURE_CHECKS``), copy its weights into an FP32 (O0) twin built from
+    the same seed and run both forward on the same batch. Comparing at the
+    *same weights* isolates what precision does from where two trajectories
+    drift; comparing along the *policy's* trajectory catches a collapse that
+    only appears after some training. The first Cell in forward order that
+    departs is the culprit: every later Cell departs too, because its input
+    already does.
+
+A jitted float16 run and its PyNative replay can reach their first non-finite
+step a few steps apart (kernel fusion changes float16 rounding); the row's
+``replay_step`` is the replay's, and its note says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
+
+from .._config import TrialConfig
+from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin
+from ._hooks import CellProbe, Event
+from ._inside import replay_inside
+from ._replay import (
+    JIT_PREFIX_MIN_STEPS,
+    _copy_weights,
+    _ensure_pynative,
+    _Finding,
+    _fp32,
+    _parameter_owner,
+    _Replay,
+    _restore_mode,
+    _skip_ahead,
+)
+
+if TYPE_CHECKING:
+    from ..training._step import GraphCache
+
+MODES = ("nonfinite", "departure")
+
+#: Relative L2 error ``||x - x_fp32|| / ||x_fp32||`` above which a Cell's output
+#: departs from FP32. float16 rounding gives ~6e-4 for one Dense and a few 1e-3
+#: after several layers; a broken normalization gives ~1.0. 0.1 sits two orders
+#: above the first and one below the second.
+REL_ERROR_THRESHOLD = 0.1
+#: A Cell collapses when more than this share of its output is exactly zero ...
+ZERO_FRACTION_THRESHOLD = 0.5
+#: ... while the FP32 output has at most this share of zeros (ReLU-like Cells
+#: have ~half zeros in FP32 too, and are not a collapse).
+FP32_ZERO_FRACTION_MAX = 0.1
+#: Steps at which departure mode compares the policy with FP32.
+DEPARTURE_CHECKS = (0, 1, 2, 4, 8, 16, 32)
+#: Replay this many steps past the jitted run's first non-finite step (``until_step``),
+#: because the PyNative replay may diverge a few steps later than the jitted run.
+UNTIL_MARGIN = 10
+#: With ``until_step``, steps up to this many before it run compiled, without hooks (0: from
+#: the trial's own state before it broke; 5 cost the demo's replays twice as long, same culprits).
+UNTIL_LEAD = 0
+
+
+def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:
+    event = finding.event
+    return {
+        "kind": kind,
+        "replay_step": finding.step,
+        "cell": event.name,
+        "cell_class": event.cell_class,
+        "phase": event.phase,
+        "input_dtype": event.input_dtype,
+        "output_dtype": event.output_dtype,
+        "max_abs": event.stats.max_abs,
+        "fp32_max_abs": finding.fp32_max_abs,
+        "rel_error": finding.rel_error,
+        "zero_fraction": zero_fraction,
+        "note": "; ".join(finding.note) if finding.note else None,
+        "input_max_abs": event.input_max_abs if event.phase == "forward" else None,
+        "inner_op": finding.inside.op or None if finding.inside else None,
+        "inner_max_abs": finding.inside.op_input_max_abs if finding.inside else None,
+        "intermediate_max_abs": finding.inside.intermediate_max_abs if finding.inside else None,
+        "finite": event.stats.finite,
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ANOMALIES_SCHEMA)
+
+
+def _backward_culprit(probe: CellProbe, bad_params: list[str]) -> tuple[Event, list[str]] | None:
+    """The first Cell in backward order whose input gradient is non-finite.
+
+    A Cell whose inputs need no gradient (the first layer: its input is data)
+    has no input gradient to look at; when no hook caught anything but a
+    parameter's gradient is bad, the culprit is the Cell owning the bad
+    parameter that comes last in forward order (first in backward order).
+    """
+    event = probe.first_nonfinite("backward")
+    if event is not None:
+        note = []
+        if not event.incoming_finite:
+            note.append(
+                "the gradient arriving at this Cell's output was already non-finite "
+                "(a loss scale beyond the dtype's range?)"
+            )
+        return event, note
+    if not bad_params:
+        return None
+    param = max(bad_params, key=lambda n: probe.order.get(_parameter_owner(n, probe), -1))
+    owner = _parameter_owner(param, probe)
+    forward = probe.find(owner, "forward", 0)
+    if forward is None:
+        return None
+    stats = dataclasses.replace(forward.stats, finite=False)
+    event = dataclasses.replace(forward, phase="backward", stats=stats)
+    return event, [f"caught on the gradient of parameter {param!r} (this Cell's input needs no gradient)"]
+
+
+def _nonfinite(
+    config: TrialConfig,
+    workload_ref: str,
+    limit: int,
+    until_step: int | None,
+    graphs: GraphCache | None = None,
+) -> _Finding | None:
+    """Replay under the trial's policy to the first non-finite step; see the module docstring."""
+    prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
+    compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
+    if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
+        prefix = 0
+    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled, graphs)
+    if early is not None:  # the prefix diverged earlier than the trial did: look at every step
+        replay = _Replay(config, workload_ref, limit)
+        prefix = 0
+    probe = replay.attach(CellProbe(backward=True))
+    finding: _Finding | None = None
+    fallback: _Finding | None = None
+    skipped = 0
+    try:
+        for index, batch in enumerate(replay.batches, start=prefix):
+            probe.start()
+            finite, bad_params = replay.step(batch)
+            probe.stop()
+            forward = probe.first_nonfinite("forward")
+            if forward is not None:
+                # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
+                finding = _Finding(
+                    forward,
+                    index,
+                    [],
+                    inside=replay_inside(forward),
+                    step_forward=tuple(probe.forward_events()),
+                )
+                break
+            backward = _backward_culprit(probe, [] if finite else bad_params)
+            if backward is None:
+                continue
+            candidate = _Finding(backward[0], index, backward[1])
+            candidate.forward = probe.find(backward[0].name, "forward", backward[0].forward_call)
+            if not replay.dynamic:
+                finding = candidate
+                break
+            # a dynamic scaler skips this step and lowers the scale: what it is for
+            fallback = fallback or candidate
+            skipped += 1
+    finally:
+        replay.close()
+    if finding is None and fallback is not None:
+        finding = fallback
+        finding.note.insert(
+            0,
+            f"only backward overflows: {skipped} step(s) skipped by the dynamic loss scaler, "
+            "the forward pass stayed finite",
+        )
+    elif finding is not None and skipped:
+        finding.note.append(
+            f"{skipped} earlier step(s) overflowed only in backward (skipped by the dynamic loss scaler)"
+        )
+    if finding is not None and prefix:
+        checked = "the loss finite in each" if replay.dynamic else "all finite"
+        finding.note.append(f"steps 0-{prefix - 1} replayed compiled, without hooks ({checked})")
+    return finding
+
+
+def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
+    if policy.shape != fp32.shape:
+        return float("nan")
+    if not np.isfinite(policy).all():
+        return float("inf")
+    denominator = max(float(np.linalg.norm(fp32)), float(np.finfo(np.float32).tiny))
+    return float(np.linalg.norm(policy - fp32)) / denominator
+
+
+def _departure(config: TrialConfig, workload_ref: str, limit: int) -> tuple[_Finding, float] | None:
+    """Train the policy, compare with an FP32 twin at the same weights at each check step.
+
+    ``replay_step`` of the finding is the check step: the comparison runs on
+    that step's batch, with the weights the policy had before training on it.
+    """
+    checks = [s for s in DEPARTURE_CHECKS if s < limit]
+    if not checks:
+        return None
+    policy = _Replay(config, workload_ref, limit)
+    fp32 = _Replay(_fp32(config), workload_ref, 0)
+    policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
+    fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
+    try:
+        for index, batch in enumerate(policy.batches):
+            if index in checks:
+                _copy_weights(policy.network, fp32.network)
+                for probe, replay in ((policy_probe, policy), (fp32_probe, fp32)):
+                    probe.start()
+                    replay.forward_only(batch)
+                    probe.stop()
+                found = _first_departure(policy_probe, fp32_probe, index)
+                if found is not None:
+                    return found
+            if index >= checks[-1]:
+                break
+            finite, _ = policy.step(batch)
+            if not finite and policy.scaler is None:
+                return None  # not a silent failure: nonfinite mode is the one to ask
+    finally:
+        policy.close()
+        fp32.close()
+    return None
+
+
+def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[_Finding, float] | None:
+    for event in policy.forward_events():
+        twin = fp32.find(event.name, "forward", event.call)
+        if twin is None or event.array is None or twin.array is None:
+            continue
+        rel = _rel_error(event.array, twin.array)
+        collapsed = (
+            event.stats.zero_fraction > ZERO_FRACTION_THRESHOLD
+            and twin.stats.zero_fraction <= FP32_ZERO_FRACTION_MAX
+        )
+        if rel > REL_ERROR_THRESHOLD or collapsed:
+            why = f"relative error {rel:.3g} > {REL_ERROR_THRESHOLD:g}" if rel > REL_ERROR_THRESHOLD else ""
+            if collapsed:
+                why = (why + "; " if why else "") + (
+                    f"{event.stats.zero_fraction:.0%} exact zeros where FP32 has "
+                    f"{twin.stats.zero_fraction:.0%}"
+                )
+            note = [f"first Cell in forward order whose output departs from FP32 at the same weights: {why}"]
+            finding = _Finding(event, step, note, rel_error=rel, fp32_max_abs=twin.stats.max_abs)
+            return finding, event.stats.zero_fraction
+    return None
+
+
+def localize(
+    config: TrialConfig,
+    workload_ref: str,
+    *,
+    mode: str,
+    device_target: str = "CPU",
+    max_steps: int | None = None,
+    until_step: int | None = None,
+    graphs: GraphCache | None = None,
+) -> pa.Table:
+    """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
+
+    ``mode="nonfinite"`` for a trial that went inf/NaN (or skipped steps for
+    overflow), ``mode="departure"`` for one that stayed finite but learned
+    clearly worse than FP32. ``until_step`` is the jitted run's first
+    non-finite step, if known: the replay then stops ``UNTIL_MARGIN`` steps
+    after it instead of running the whole trial. ``max_steps`` caps the replay
+    (default: ``config.steps``; departure: the last of ``DEPARTURE_CHECKS``
+    that fits). ``graphs``: the worker's compiled steps; steps the replay need
+    not look at then run on the trial's own graph, without compiling again.
+    ``device_target`` only goes into the note: the caller (the
+    actor) has already selected the device; no backend-specific tool is used.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    started = time.perf_counter()
+    previous = _ensure_pynative()
+    try:
+        if mode == "nonfinite":
+            limit = config.steps if max_steps is None else min(max_steps, config.steps)
+            if until_step is not None:
+                limit = min(limit, until_step + 1 + UNTIL_MARGIN)
+            finding = _nonfinite(config, workload_ref, limit, until_step, graphs)
+            if finding is None:
+                return _table([])
+            twin = fp32_twin(config, workload_ref, finding, graphs)
+            blame_upstream(finding, twin)
+            compare_with_fp32(finding, finding.forward, twin)
+            if config.amp_level != FP32_LEVEL:
+                finding.note.append(
+                    "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "
+                    "apart (fusion changes rounding)"
+                )
+            zero_fraction = finding.event.stats.zero_fraction
+        else:
+            limit = DEPARTURE_CHECKS[-1] + 1 if max_steps is None else max_steps
+            limit = min(limit, config.steps)
+            found = _departure(config, workload_ref, limit)
+            if found is None:
+                return _table([])
+            finding, zero_fraction = found
+        finding.note.append(f"replayed on {device_target} in {time.perf_counter() - started:.1f} s")
+        return _table([_row(mode, finding, zero_fraction)])
+    finally:
+        _restore_mode(previous)
+
+
+__all__ = ["localize", "MODES", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]

@@ -1,0 +1,234 @@
+"""What ``Watch`` does at the first non-finite loss: localize from a snapshot, write watch.json and spec.yaml.
+
+Localization is the sweep's own (``jobs.localization._localize``): the user's workload is
+built from its factory as a forked trial that starts at the snapshot, under
+the AMP policy the user's training ran, and replayed with hooks on every Cell
+up to a little past the step where the user's loss broke. The spec it writes
+is a sweep that starts from the same snapshot, so it reaches the failure in a
+few hundred steps instead of thousands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ampsweep.contracts import FP32_LEVEL
+
+from .._config import TrialConfig
+from ._watch_snapshots import Policy, Snapshot
+
+#: the spec trains this many steps past the failure at least ...
+MARGIN_STEPS = 200
+#: ... and at least this many times the distance from the snapshot to the failure
+MARGIN_FACTOR = 2
+#: clip thresholds the spec tries beside no clipping
+CLIPS = (1.0, 5.0)
+#: seeds in the spec: the one the user's run was built with, and this many more
+EXTRA_SEEDS = 2
+#: the replay runs this many steps past the user's failure step before it gives up
+RETRY_STEPS = 100
+
+
+@dataclass
+class Finding:
+    """What the replay found: the Cell, its class and the phase; empty when it found nothing."""
+
+    cell: str | None = None
+    cell_class: str | None = None
+    phase: str | None = None
+    replay_step: int | None = None
+    #: where the sweep's own compiled step, replayed from the snapshot, first broke (global)
+    compiled_step: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+
+
+def localize_from(
+    workload: str,
+    workload_args: dict[str, Any],
+    seed: int,
+    policy: Policy,
+    snapshot: Snapshot | None,
+    failed_at: int,
+) -> Finding:
+    """Replay the user's workload from ``snapshot`` under ``policy`` and name the Cell that broke.
+
+    ``failed_at`` is the global step whose loss was first non-finite. The
+    replay is a trial of the sweep's own kind, so it starts from the snapshot
+    exactly as a trial of the spec will (data positioned by ``start_step``).
+    """
+    from ..localization._localize import localize
+    from ..training._snapshot import remember, snapshot_id
+
+    start, start_from = 0, None
+    if snapshot is not None:
+        data = snapshot.path.read_bytes()
+        start_from = snapshot_id(data)
+        remember(start_from, data)
+        start = snapshot.step
+    until = max(0, failed_at - start)
+
+    limit = until + 1 + RETRY_STEPS
+    config = _config(workload, workload_args, seed, policy, limit, start, start_from)
+    # The user's graph and the replay's round float16 differently, so the replay may break a few
+    # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
+    compiled_at = _first_nonfinite_compiled(config, workload, limit)
+    table = localize(
+        config, workload, mode="nonfinite", until_step=until if compiled_at is None else compiled_at
+    )
+    compiled_step = None if compiled_at is None else start + compiled_at
+    if table.num_rows == 0:
+        return Finding(
+            compiled_step=compiled_step,
+            note=f"the replay from step {start} stayed finite through step {start + until + RETRY_STEPS}: "
+            "does the factory rebuild the data this run trained on (seed, start_step)?",
+        )
+    row = table.to_pylist()[0]
+    detail = {key: row[key] for key in ("input_dtype", "output_dtype", "max_abs", "fp32_max_abs")}
+    return Finding(
+        cell=row["cell"],
+        cell_class=row["cell_class"],
+        phase=row["phase"],
+        replay_step=start + int(row["replay_step"]),
+        compiled_step=compiled_step,
+        detail=detail,
+        note=row["note"],
+    )
+
+
+def _first_nonfinite_compiled(config: TrialConfig, workload: str, steps: int) -> int | None:
+    """The first step (counted from the start) at which a compiled replay's loss or gradients broke."""
+    from ..localization._replay import _Replay
+
+    replay = _Replay(config, workload, steps)
+    try:
+        return replay.jit_prefix(steps)
+    finally:
+        replay.close()
+
+
+def _config(
+    workload: str,
+    workload_args: dict[str, Any],
+    seed: int,
+    policy: Policy,
+    steps: int,
+    start: int,
+    start_from: str | None,
+) -> TrialConfig:
+    return TrialConfig(
+        workload=workload,
+        steps=steps,
+        abort_after=10,
+        amp_level=policy.amp_level,
+        black_list=(),
+        clip=None,
+        loss_scale=policy.loss_scale,
+        dtype=policy.dtype,
+        seed=seed,
+        workload_args=dict(workload_args),
+        start_step=start,
+        start_from=start_from,
+    )
+
+
+def spec_for(
+    workload: str,
+    workload_args: dict[str, Any],
+    seed: int,
+    policy: Policy,
+    snapshot: Snapshot | None,
+    failed_at: int,
+    finding: Finding,
+    out: Path,
+) -> dict[str, Any]:
+    """The sweep that answers this failure: the policy in use and O0 × [] and [class] × clips × seeds.
+
+    It forks from the snapshot (a path relative to the spec, which sits in
+    ``out``) and trains past the failure with a margin, so the other seeds,
+    whose batches differ, reach it too. With no Cell named it lets
+    ``search: adaptive`` find the black list.
+    """
+    start = snapshot.step if snapshot is not None else 0
+    # the sweep's compiled step may break later than the user's graph did: reach past both
+    distance = max(failed_at, finding.compiled_step or 0, finding.replay_step or 0) - start + 1
+    levels = [policy.amp_level] if policy.amp_level == FP32_LEVEL else [policy.amp_level, FP32_LEVEL]
+    grid: dict[str, Any] = {"amp_level": levels}
+    if finding.cell_class is not None:
+        grid["black_list"] = [[], [finding.cell_class]]
+    grid["clip"] = [None, *CLIPS]
+    if policy.loss_scale != "none":
+        grid["loss_scale"] = [policy.loss_scale]
+    if policy.dtype != "float16":
+        grid["dtype"] = [policy.dtype]
+    grid["seed"] = [seed + k for k in range(EXTRA_SEEDS + 1)]
+    name = f"watch-{(finding.cell_class or 'nonfinite').lower()}-step{failed_at}"
+    spec: dict[str, Any] = {"name": name, "workload": workload}
+    if workload_args:
+        spec["workload_args"] = dict(workload_args)
+    spec["steps"] = distance + max(MARGIN_STEPS, MARGIN_FACTOR * distance)
+    if snapshot is not None:
+        spec["start_from"] = {"checkpoint": os.path.relpath(snapshot.path, out), "step": snapshot.step}
+    if finding.cell_class is None and policy.amp_level != FP32_LEVEL:
+        spec["search"] = "adaptive"
+    spec["grid"] = grid
+    return spec
+
+
+def write_outputs(
+    out: Path,
+    spec: dict[str, Any],
+    finding: Finding,
+    policy: Policy,
+    snapshot: Snapshot | None,
+    failed_at: int,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """Write ``OUT/watch.json`` (what was found) and ``OUT/spec.yaml`` (what to run next); return the former."""
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / "spec.yaml"
+    header = (
+        f"# written by ampsweep.Watch: the loss was first non-finite at step {failed_at}\n"
+        f"# run it with: ampsweep run {spec_path} --out {out / 'runs'}\n"
+    )
+    spec_path.write_text(header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
+    report = {
+        "first_nonfinite_step": failed_at,
+        "cell": finding.cell,
+        "class": finding.cell_class,
+        "phase": finding.phase,
+        "snapshot": None if snapshot is None else str(snapshot.path),
+        "snapshot_step": None if snapshot is None else snapshot.step,
+        "replay_step": finding.replay_step,
+        "compiled_step": finding.compiled_step,
+        "amp_level": policy.amp_level,
+        "dtype": policy.dtype,
+        "loss_scale": policy.loss_scale,
+        **finding.detail,
+        "note": finding.note,
+        "spec": str(spec_path),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **extra,
+    }
+    (out / "watch.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def one_line(finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_path: Path, out: Path) -> str:
+    """What was found and the command to run next, on one line."""
+    start = f"replayed from the snapshot at step {snapshot.step}" if snapshot else "replayed from step 0"
+    if finding.cell_class is not None:
+        found = f"{finding.cell} ({finding.cell_class}) went non-finite in {finding.phase}"
+    else:
+        found = "no Cell caught"
+    return (
+        f"ampsweep.Watch: loss non-finite at step {failed_at}; {found} ({start}); "
+        f"next: ampsweep run {spec_path} --out {out / 'runs'}"
+    )

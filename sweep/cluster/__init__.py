@@ -1,0 +1,1 @@
+"""The cluster: starting or joining Ray, the actors, noticing a lost cluster."""

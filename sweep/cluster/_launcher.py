@@ -1,0 +1,263 @@
+"""Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit.
+
+Only the driver writes files; an actor that dies mid-trial loses only that
+attempt (``_dispatch``). A local cluster is Ray's own, with token authentication.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
+from ampsweep.jobs import Outcome, TrialConfig, TrialResult
+
+from .._config import FailurePolicy, RunConfig
+from .._result import SweepResult
+from ..devices import discover
+from ..planning._plan import SweepPlan
+from ..planning._resume import check_same_sweep
+from ..scheduling._dispatch import Dispatcher, DispatchOptions, Slot
+from ..scheduling._prefix import Forks
+from ..scheduling._progress import SweepProgress
+from ..store._lock import DriverLock
+from ..store._store import SweepStore
+from ._actors import Actors, TailCall
+from ._health import ClusterWatch
+
+
+def cluster_address(address: str | None) -> str | None:
+    """The cluster to join: ``--address``, else the one a ``ray job submit`` driver runs in."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def _inside_ray_job() -> bool:
+    return "working_dir" in os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "")
+
+
+def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str, Any] | None]:
+    """How workers on other machines find a workload file: a reference and a runtime_env.
+
+    Locally the absolute path works everywhere. Under ``ray job submit`` the
+    job's working_dir already travels to every worker, so the path becomes
+    relative to it. With ``--address`` the file's folder is sent as the
+    runtime_env working_dir.
+    """
+    reference = parse_reference(workload_ref)
+    if address is None or not reference.is_file:
+        return workload_ref, None
+    path = os.path.abspath(reference.module)
+    if _inside_ray_job():
+        cwd = os.getcwd()
+        if os.path.commonpath([cwd, path]) == cwd:
+            return str(reference.with_module(os.path.relpath(path, cwd))), None
+        return workload_ref, None
+    return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
+
+
+#: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
+#: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
+    """Join a cluster or start a local one for this sweep.
+
+    A local cluster is Ray's own ``ray.init(address="local")``, which turns
+    token authentication on: anyone who can reach an unauthenticated Ray port
+    can run code as this user, so a sweep opens none unless the user turned
+    authentication off themselves (``RAY_AUTH_MODE=disabled``), and then it
+    says so. Joining a cluster follows that cluster's own setting
+    (``docs/cluster.md``). Never a bare ``ray.init()``: it silently attaches to
+    any cluster whose address another tool left in ``/tmp/ray``.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+    if runtime_env:
+        common["runtime_env"] = runtime_env
+    if address:
+        ray.init(address=address, **common)
+        return
+    mode = os.environ.get(AUTH_MODE_ENV, "token")
+    if mode.lower() != "token":
+        warn(
+            f"{AUTH_MODE_ENV}={mode}: this sweep's local Ray accepts any client that reaches its ports; "
+            f"unset {AUTH_MODE_ENV} to require Ray's token"
+        )
+    ray.init(
+        address="local", num_cpus=max(os.cpu_count() or 1, workers or 0), include_dashboard=False, **common
+    )
+
+
+def run_sweep(
+    plan: SweepPlan, resolved_yaml: str, out: str, run: RunConfig, snapshots: str | None = None
+) -> SweepResult:
+    """Run every trial of ``plan`` that ``out`` does not already hold.
+
+    The plan is validated already (``Sweep`` does that); this is the part that
+    needs Ray. Before Ray starts, the folder is checked: no other live driver,
+    the same fixed settings as the sweep it holds, and which committed trials
+    are unreadable (those run again). The resolved spec and the plan are
+    written before any trial.
+    """
+    import ray
+
+    store = SweepStore(out, plan.name, snapshots)
+    check_same_sweep(store, resolved_yaml)
+    lock = DriverLock(store)
+    lock.check()
+    done = store.committed()
+    for trial_id, problem in sorted(store.unreadable(done).items()):
+        warn(f"trial {trial_id}: {problem}; it runs again")
+        done.discard(trial_id)
+    pending = [t for t in plan.trials if t.trial_id not in done]
+    result = SweepResult(root=store.root, total=len(plan), skipped=len(plan) - len(pending), ran=0)
+
+    def write_plan() -> None:
+        store.write_text(SPEC_FILE, resolved_yaml)
+        store.write_text(PLAN_FILE, encode_plan(plan.name, plan.entries()))
+
+    if not pending:
+        write_plan()
+        return result
+
+    workload_ref = plan.workload_ref
+    address = cluster_address(run.address)
+    if not ray.is_initialized():
+        # a caller that started Ray itself decided the runtime_env already
+        workload_ref, shipped = ship_workload(workload_ref, address)
+        start_ray(address, run.workers, {**(run.runtime_env or {}), **(shipped or {})} or None)
+    # discover before writing anything: a device kind the cluster lacks is a usage error
+    layout = discover(run.devices or plan.devices, ray.cluster_resources(), run.workers)
+    lock.acquire()
+    try:
+        write_plan()
+        backends = [backend for backend, count in layout for _ in range(count)]
+        slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+        dispatcher = drive_trials(
+            plan,
+            workload_ref,
+            store,
+            pending,
+            slots[: len(pending)],
+            run,
+            result,
+            lock.beat,
+            ClusterWatch(_own_node()),
+        )
+    finally:
+        lock.release()
+    if dispatcher.pending:
+        raise RuntimeError(
+            f"every worker died repeatedly; {len(dispatcher.pending)} trials were not run "
+            f"(last error: {dispatcher.last_error})"
+        )
+    return result
+
+
+def drive_trials(
+    plan: SweepPlan,
+    workload_ref: str,
+    store: SweepStore,
+    pending: list[TrialConfig],
+    slots: list[Slot],
+    run: RunConfig,
+    result: SweepResult,
+    heartbeat: Callable[[list[str]], None],
+    watch: Any,
+    actors: Actors | None = None,
+) -> Dispatcher:
+    """Dispatch ``pending`` on ``slots`` and commit each finished trial into ``store``.
+
+    The driver's whole per-trial path, and nothing that needs a cluster: the
+    dispatch-at-scale benchmark runs exactly this against an in-process stand-in
+    for the actors (``actors``; Ray's own by default) and ``watch``.
+    """
+    done = len(plan) - len(pending)
+    copies = plan.copies(pending)
+    copied = {config.trial_id for same in copies.values() for config in same}
+
+    def commit_one(trial: TrialResult, attempts: int) -> None:
+        store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
+        outcome = Outcome(trial.outcome).value
+        result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+        result.ran += 1
+        result.copied += int(attempts == 0)
+
+    failure = run.failure or FailurePolicy()
+    options = DispatchOptions(
+        workload_ref,
+        run.compute_on,
+        failure,
+        fail_fast=not run.keep_going,
+        run_last=frozenset(plan.equivalent_to),
+        clip_twins=plan.clip_twins([t for t in pending if t.trial_id not in copied]),
+    )
+    forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
+    if forks is not None and forks.runs:
+        print(
+            f"ampsweep: {len(forks.runs)} FP32 prefix runs of {forks.runs[0].steps:,} steps (one per seed); "
+            "each seed's trials start as soon as its snapshot is saved",
+            flush=True,
+        )
+    with SweepProgress(len(plan), done, run.progress) as bar:
+
+        def commit(trial: TrialResult, attempts: int) -> int:
+            commit_one(trial, attempts)
+            same = copies.pop(trial.trial_id, ())
+            for config in same:  # right after their twin, in its commit
+                commit_one(trial.copied_as(config), 0)
+                bar.finished(Outcome(trial.outcome).value)
+            return 1 + len(same)
+
+        finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
+        baselines = store.baselines(plan.trials, finished)
+        tail = _profile_call(plan, workload_ref, forks) if run.profile else None
+        held = {config.trial_id for same in options.clip_twins.values() for config in same}
+        to_train = [t for t in pending if t.trial_id not in copied and t.trial_id not in held]
+        dispatcher = Dispatcher(
+            slots, to_train, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
+        )
+        dispatcher.run(watch)
+    if tail is not None and tail.sent:
+        if isinstance(tail.answer, BaseException):
+            text = str(tail.answer).strip()
+            result.profile_error = f"{type(tail.answer).__name__}: {text.splitlines()[-1] if text else ''}"
+        else:
+            result.profile = tail.answer
+    return dispatcher
+
+
+def _profile_call(plan: SweepPlan, workload_ref: str, forks: Forks | None) -> TailCall | None:
+    """The FP32 profile of the first seed, from where its trials start (as ``ampsweep profile``).
+
+    None when that start is not at hand (a snapshot no pending trial uses): the
+    caller then profiles in the driver, as ``ampsweep profile`` would.
+    """
+    first = plan.trials[0]
+    start = None
+    if first.start_from:
+        start = forks.refs.get(first.start_from) if forks is not None else None
+        if start is None:
+            return None
+    return TailCall(
+        (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
+    )
+
+
+def _own_node() -> str | None:
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - the check then only looks for any live node
+        return None
+
+
+def warn(message: str) -> None:
+    print(f"ampsweep: {message}", file=sys.stderr, flush=True)

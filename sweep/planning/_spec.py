@@ -1,0 +1,279 @@
+"""The sweep file: parsed with ``yaml.safe_load`` and validated before Ray starts.
+
+Validation is two-stage: pydantic checks shapes and enumerations, then the
+workload is imported once so black-list names can be checked against the Cell
+classes it really uses. Both stages raise ``SpecError`` with one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ampsweep.contracts import FP32_LEVEL, ReferenceFormError, parse_loss_scale, parse_reference
+
+from .._errors import SpecError
+
+AmpLevel = Literal["O0", "O1", "O2", "O3"]
+LossPlacement = Literal["outside", "inside"]
+DType = Literal["float16", "bfloat16"]
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _nonempty(values: list[Any]) -> list[Any]:
+    if not values:
+        raise ValueError("an axis needs at least one value")
+    return values
+
+
+def _default_levels() -> list[AmpLevel]:
+    return [FP32_LEVEL, "O2"]
+
+
+def _default_black_lists() -> list[list[str]]:
+    return [[]]
+
+
+def _default_clips() -> list[float | None]:
+    return [None]
+
+
+def _default_dtypes() -> list[DType]:
+    return ["float16"]
+
+
+def _default_placements() -> list[LossPlacement]:
+    return ["outside"]
+
+
+class Grid(BaseModel):
+    """The axes; the grid is their product."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    amp_level: list[AmpLevel] = Field(default_factory=_default_levels)
+    black_list: list[list[str]] = Field(default_factory=_default_black_lists)
+    clip: list[float | None] = Field(default_factory=_default_clips)
+    loss_scale: list[str] = Field(default_factory=lambda: ["none"])
+    dtype: list[DType] = Field(default_factory=_default_dtypes)
+    seed: list[StrictInt] = Field(default_factory=lambda: [0])  # strict: YAML's `true` is not seed 1
+    #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
+    #: hand-written loop); ``inside``: the loss cell is cast with the network
+    loss_placement: list[LossPlacement] = Field(default_factory=_default_placements)
+
+    _check_nonempty = field_validator(
+        "amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement"
+    )(_nonempty)
+
+    @field_validator("clip")
+    @classmethod
+    def _positive_clip(cls, values: list[float | None]) -> list[float | None]:
+        for value in values:
+            if value is not None and not value > 0:
+                raise ValueError(f"clip {value!r} must be a number > 0 or null (no clipping)")
+        return values
+
+    @field_validator("loss_scale")
+    @classmethod
+    def _loss_scale_form(cls, values: list[str]) -> list[str]:
+        for value in values:
+            parse_loss_scale(value)  # its ValueError names what is allowed
+        return values
+
+    @field_validator("amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement")
+    @classmethod
+    def _no_repeats(cls, values: list[Any]) -> list[Any]:
+        # a repeated value is almost always a typo (1.0 for 1.5): refuse, do not de-duplicate
+        seen: list[Any] = []
+        for value in values:
+            key = sorted(set(value)) if isinstance(value, list) else value
+            if key in seen:
+                raise ValueError(f"{value!r} appears twice; every value of an axis must differ")
+            seen.append(key)
+        return values
+
+
+class Confirm(BaseModel):
+    """The confirmation round of ``search: adaptive``: the top configurations again, on more seeds, longer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: seeds added to the grid's seeds (a divergence hitting one run in four needs more than three)
+    seeds: int = Field(default=3, ge=0)
+    #: the confirmation trains this many times the sweep's ``steps`` (a late divergence)
+    steps_factor: int = Field(default=3, ge=1)
+    #: how many of the best configurations on the minimal black list are confirmed
+    top: int = Field(default=1, ge=1)
+
+
+class StartFrom(BaseModel):
+    """Where every trial starts: after a shared FP32 prefix, or from the user's own checkpoint.
+
+    ``{steps: N}`` runs one FP32 prefix of N steps per seed before the grid;
+    ``{checkpoint: PATH}`` (or ``{seed: PATH}``) loads a MindSpore checkpoint as
+    ``ModelCheckpoint`` writes it, at its ``global_step`` unless ``step`` says.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int | None = Field(default=None, gt=0)
+    checkpoint: str | dict[int, str] | None = None
+    step: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> StartFrom:
+        if (self.steps is None) == (self.checkpoint is None):
+            raise ValueError("give exactly one of {steps: N} (an FP32 prefix) or {checkpoint: PATH}")
+        if self.steps is not None and self.step is not None:
+            raise ValueError("step goes with checkpoint; {steps: N} already says where trials start")
+        if isinstance(self.checkpoint, dict) and not self.checkpoint:
+            raise ValueError("checkpoint: a mapping from seed to path must name at least one seed")
+        return self
+
+
+class SweepSpec(BaseModel):
+    """A whole sweep file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    workload: str
+    workload_args: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(gt=0)
+    abort_after: int = Field(default=10, gt=0)
+    #: workers one trial may kill (SIGKILL, OOM) before it is recorded ``failed``
+    max_attempts: int = Field(default=3, gt=0)
+    layer_every: int = Field(default=50, gt=0)
+    #: replay each broken trial to name the Cell that produced inf/NaN (or departed from FP32)
+    localize: bool = True
+    grid: Grid = Field(default_factory=Grid)
+    devices: str | list[str] = "auto"
+    #: ``grid`` runs every point; ``adaptive`` finds the minimal black list itself
+    search: Literal["grid", "adaptive"] = "grid"
+    #: ``adaptive``: at most this many classes are added to the black list
+    search_rounds: int = Field(default=6, gt=0)
+    confirm: Confirm = Field(default_factory=Confirm)
+    #: fork every trial from a snapshot instead of step 0 (a late divergence)
+    start_from: StartFrom | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("name must be letters, digits, '.', '_' or '-' (it becomes a folder)")
+        return value
+
+    @field_validator("devices")
+    @classmethod
+    def _device_kinds(cls, value: str | list[str]) -> str | list[str]:
+        kinds = ("ascend", "gpu", "cpu")
+        if isinstance(value, str):
+            if value != "auto" and value not in kinds:
+                raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of ascend, gpu, cpu")
+            return value
+        if not value or any(kind not in kinds for kind in value) or len(set(value)) != len(value):
+            raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of distinct ascend, gpu, cpu")
+        return value
+
+    @field_validator("workload")
+    @classmethod
+    def _reference_form(cls, value: str) -> str:
+        try:
+            parse_reference(value)
+        except ReferenceFormError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part in ("literal['auto']", "list[literal['ascend','gpu','cpu']]") or str(part).startswith(
+            ("literal[", "list[", "float", "none", "int", "str")
+        ):
+            continue  # pydantic's union-branch labels say nothing to a user
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _allowed_from(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        return "unknown key (check the spelling; see docs/spec.md)"
+    if error["type"] == "missing":
+        return "this field is required"
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    return message[0].lower() + message[1:]
+
+
+def validation_error_to_spec_error(exc: ValidationError) -> SpecError:
+    """The first pydantic error as one line: field, bad value, what is allowed."""
+    error = exc.errors()[0]
+    value = error.get("input")
+    if error["type"] == "missing":
+        value = None
+    return SpecError(_field_path(tuple(error["loc"])) or "spec", value, _allowed_from(error))
+
+
+def parse_spec(data: Any) -> SweepSpec:
+    """Validate already-loaded YAML data."""
+    if not isinstance(data, dict):
+        raise SpecError("spec", data, "the file must be a YAML mapping with name, workload, steps and grid")
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error_to_spec_error(exc) from None
+    _check_search(spec)
+    return spec
+
+
+def _check_search(spec: SweepSpec) -> None:
+    """What ``search: adaptive`` needs of the grid."""
+    if spec.search != "adaptive":
+        return
+    if spec.grid.black_list != [[]]:
+        raise SpecError(
+            "grid.black_list",
+            spec.grid.black_list,
+            "search: adaptive finds the black list itself; leave grid.black_list out "
+            "(or use search: grid to test the lists you wrote)",
+        )
+    if all(level == FP32_LEVEL for level in spec.grid.amp_level):
+        raise SpecError(
+            "grid.amp_level",
+            spec.grid.amp_level,
+            "search: adaptive needs a mixed-precision level (O1, O2 or O3)",
+        )
+
+
+def read_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("spec", str(path), f"the file cannot be read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SpecError("spec", str(path), f"the file is not valid YAML{where}") from None
+    return parse_spec(data)

@@ -1,0 +1,155 @@
+"""``start_from``: where each seed's trials start, resolved before anything runs.
+
+A late divergence (NaN after a few epochs) would otherwise make every trial
+re-train the same FP32 prefix. With ``{steps: N}`` one FP32 run per seed (O0,
+no clip, no scaling) trains N steps once and saves a snapshot; with
+``{checkpoint: PATH}`` the user's own ``ModelCheckpoint`` file is the snapshot.
+Either way every trial of the seed loads it and trains ``steps`` more, its
+data continuing at step N.
+
+A snapshot is named by its content: a prefix by what makes it (workload, its
+arguments, seed, N, the MindSpore version), a checkpoint by its bytes. That
+name goes into each trial's id, so resume and a later sweep with the same
+prefix find the snapshot and the trials they already ran.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ampsweep.contracts import CHECKPOINT_SNAPSHOT, FP32_LEVEL, PREFIX_SNAPSHOT
+from ampsweep.jobs import (
+    TrialConfig,
+    Workload,
+    checkpoint_step,
+    mindspore_version,
+    misfits,
+    read_checkpoint,
+    snapshot_id,
+)
+
+from .._errors import SpecError
+from ._spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where the trials of one seed start: a step and the snapshot taken there."""
+
+    step: int
+    snapshot: str  # content id, recorded as ``trials.start_from``
+    prefix: TrialConfig | None = None  # the FP32 run that makes it ({steps: N})
+    checkpoint: str | None = None  # the user's file ({checkpoint: PATH})
+
+    @property
+    def source(self) -> str:
+        return "an FP32 prefix" if self.prefix is not None else f"checkpoint {self.checkpoint}"
+
+
+def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:
+    """The FP32 run whose end state every trial of ``seed`` starts from."""
+    return TrialConfig(
+        workload=spec.workload,
+        workload_args=dict(spec.workload_args),
+        steps=steps,
+        abort_after=spec.abort_after,
+        layer_every=spec.layer_every,
+        localize=False,
+        amp_level=FP32_LEVEL,
+        black_list=(),
+        clip=None,
+        loss_scale="none",
+        dtype="float16",
+        seed=seed,
+        save_snapshot=True,
+    )
+
+
+def prefix_snapshot_id(prefix: TrialConfig, version: str) -> str:
+    """A prefix snapshot's name: what makes it, and the MindSpore that computed it."""
+    text = json.dumps([prefix.trial_id, version])
+    return PREFIX_SNAPSHOT + hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class Starts:
+    """The spec's ``start_from``, per seed; ``None`` everywhere when it has none."""
+
+    def __init__(self, spec: SweepSpec, workload: Workload | None, spec_dir: Path | None) -> None:
+        self.spec = spec
+        self._by_checkpoint: dict[str, StartPoint] = {}
+        self._version = mindspore_version()
+        start = spec.start_from
+        if start is None or start.checkpoint is None:
+            return
+        paths = start.checkpoint if isinstance(start.checkpoint, dict) else {None: start.checkpoint}
+        for seed, path in paths.items():
+            field = "start_from.checkpoint" + ("" if seed is None else f".{seed}")
+            self._by_checkpoint[str(seed)] = self._checkpoint_point(field, path, workload, spec_dir)
+        if isinstance(start.checkpoint, dict) and spec.search == "adaptive" and spec.confirm.seeds:
+            raise SpecError(
+                "start_from.checkpoint",
+                start.checkpoint,
+                "one path for every seed: search: adaptive confirms on seeds the mapping cannot name",
+            )
+        if isinstance(start.checkpoint, dict):
+            missing = [seed for seed in spec.grid.seed if seed not in start.checkpoint]
+            if missing:
+                raise SpecError(
+                    "start_from.checkpoint",
+                    start.checkpoint,
+                    f"no checkpoint for seed {missing[0]} of the grid",
+                )
+
+    def _checkpoint_point(
+        self, field: str, path: str, workload: Workload | None, spec_dir: Path | None
+    ) -> StartPoint:
+        file = Path(path).expanduser()
+        if not file.is_absolute() and not file.is_file() and spec_dir is not None:
+            file = spec_dir / file
+        if not file.is_file():
+            raise SpecError(field, path, "a MindSpore checkpoint file that exists")
+        data = file.read_bytes()
+        try:
+            params = read_checkpoint(data)
+        except Exception as exc:  # noqa: BLE001 - whatever MindSpore raises on a bad file
+            raise SpecError(field, path, f"a MindSpore checkpoint ({type(exc).__name__})") from None
+        if workload is not None:
+            problems = misfits(workload, params)
+            if problems:
+                raise SpecError(
+                    field, path, "a checkpoint of this workload; it does not fit: " + "; ".join(problems)
+                )
+        step = self.spec.start_from.step if self.spec.start_from else None
+        step = step or checkpoint_step(params)
+        if not step:
+            raise SpecError(
+                "start_from.step", None, "required: the checkpoint has no global_step to start from"
+            )
+        return StartPoint(
+            step=step, snapshot=CHECKPOINT_SNAPSHOT + snapshot_id(data), checkpoint=str(file.resolve())
+        )
+
+    def for_seed(self, seed: int) -> StartPoint | None:
+        start = self.spec.start_from
+        if start is None:
+            return None
+        if start.steps is not None:
+            prefix = prefix_config(self.spec, seed, start.steps)
+            return StartPoint(start.steps, prefix_snapshot_id(prefix, self._version), prefix=prefix)
+        point = self._by_checkpoint.get(str(seed)) or self._by_checkpoint.get("None")
+        if point is None:
+            raise SpecError("start_from.checkpoint", start.checkpoint, f"no checkpoint for seed {seed}")
+        return point
+
+    def sentence(self) -> str:
+        """How the trials start, in words (``ampsweep plan``)."""
+        start = self.spec.start_from
+        if start is None:
+            return ""
+        if start.steps is not None:
+            return f"trials start at step {start.steps:,} from an FP32 prefix (one per seed)"
+        step = next(iter(self._by_checkpoint.values())).step
+        return f"trials start at step {step:,} from the checkpoint {start.checkpoint}"

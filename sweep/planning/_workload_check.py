@@ -1,0 +1,101 @@
+"""The part of validation that needs the workload: its reference and black-list names.
+
+Building the network once on the driver is the only way to know which Cell
+classes a user's model contains, and it catches an import error before any
+worker starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ampsweep.jobs import (
+    WorkloadError,
+    build_workload,
+    known_layer_types,
+    network_cell_types,
+    resolve_reference,
+)
+
+from .._errors import SpecError
+from ._spec import SweepSpec
+from ._start import Starts
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What the driver learns from building the workload once."""
+
+    #: the reference, resolved so it means the same file in every process
+    reference: str
+    #: the workload's own Cell classes (network and loss), what a black list may name
+    own_classes: tuple[str, ...]
+    #: classes found only in the loss: under ``loss_placement: outside`` they compute in float32 anyway
+    loss_only_classes: frozenset[str]
+    #: where each seed's trials start (``start_from``), the user's checkpoint checked against the network
+    starts: Starts
+
+
+def resolve_workload(spec: SweepSpec, spec_dir: Path | None) -> str:
+    """The workload reference made absolute, or ``SpecError`` (a missing file: cheap, no import)."""
+    try:
+        return resolve_reference(spec.workload, spec_dir)
+    except WorkloadError as exc:
+        raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+
+
+def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
+    """Resolve and build the workload once, check the black-list names; or raise ``SpecError``."""
+    reference = resolve_workload(spec, spec_dir)
+    try:
+        workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
+    except WorkloadError as exc:
+        raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+    except TypeError as exc:
+        raise SpecError("workload_args", spec.workload_args, f"the factory rejected them ({exc})") from None
+    except Exception as exc:  # the user's factory itself raised
+        raise SpecError(
+            "workload", spec.workload, f"calling it failed: {type(exc).__name__}: {exc}"
+        ) from None
+    cells = [workload.network, workload.loss_fn]
+    known = known_layer_types(cells)
+    for index, group in enumerate(spec.grid.black_list):
+        for position, name in enumerate(group):
+            if name not in known:
+                own = ", ".join(sorted(network_cell_types(cells)))
+                raise SpecError(
+                    f"grid.black_list[{index}][{position}]",
+                    name,
+                    f"known layer types: {own} (or any Cell class in mindspore.nn)",
+                )
+    _check_enough_batches(spec, workload.batches)
+    in_network = set(network_cell_types([workload.network]))
+    in_loss = set(network_cell_types([workload.loss_fn]))
+    starts = Starts(spec, workload, spec_dir)
+    return WorkloadFacts(
+        reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network), starts
+    )
+
+
+def _check_enough_batches(spec: SweepSpec, batches: object) -> None:
+    """A list or tuple of batches shorter than a trial: known now, so refused now, before anything is written.
+
+    A trial draws one batch per step and fails when a plain iterable ends (a
+    dataset pipeline is repeated over epochs, a generator's length is unknown);
+    a forked trial also draws the batches of its prefix, which a factory that
+    takes ``start_step`` skips itself, so forks are left to the trial.
+    """
+    if spec.start_from is not None or not isinstance(batches, (list, tuple)):
+        return
+    longest = spec.steps * (spec.confirm.steps_factor if spec.search == "adaptive" else 1)
+    if len(batches) < longest:
+        what = f"{spec.steps} steps" + (
+            " (its confirmation round trains longer)" if longest > spec.steps else ""
+        )
+        raise SpecError(
+            "steps",
+            spec.steps,
+            f"the workload's batches are a {type(batches).__name__} of {len(batches)} and a trial needs "
+            f"{longest} for {what}; ask for fewer steps, or yield batches without end",
+        )

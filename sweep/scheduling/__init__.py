@@ -1,0 +1,1 @@
+"""Scheduling: handing trials to device actors, holds, baselines, forks and progress."""

@@ -1,0 +1,1 @@
+"""``search: adaptive``: choosing the next round of trials from the evidence."""

@@ -1,0 +1,337 @@
+"""``search: adaptive``: find the smallest black list instead of testing guesses.
+
+For each mixed-precision level (× dtype × loss scale) of the grid:
+
+1. **baseline** — FP32 (O0) on every seed: what "learns as well as FP32" means.
+2. **grow** — the level with MindSpore's default black list. While the probe
+   is not stable (``ampsweep.contracts.configuration_verdict`` over its seeds,
+   the verdict the ranking uses: any seed diverged, failed or silent), add the Cell
+   class the localization replays named most often, and run again (at most
+   ``search_rounds`` classes).
+3. **shrink** — delta debugging: drop each added class whose removal keeps
+   every seed stable (a class added early may be unnecessary once a later one
+   is in).
+4. **clip** — every clip threshold of the grid on the minimal list.
+5. **confirm** — the best configurations on the minimal list (the analysis
+   ranking decides) again on ``confirm.seeds`` more seeds and
+   ``confirm.steps_factor`` times the steps, with their FP32 baselines, in the
+   sub-folder ``confirm/``: a divergence that hits one run in four, or starts
+   after the last step, is invisible to the grid.
+
+Every probe is an ordinary trial with an ordinary id, committed like a grid
+trial, so a resumed search finds its earlier rounds committed and takes the
+same decisions again without rerunning them. ``search.json`` records the path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ampsweep.contracts import (
+    CONFIRM_FOLDER,
+    FP32_LEVEL,
+    SEARCH_FILE,
+    SearchFamily,
+    SearchLog,
+    SearchRound,
+    encode_search,
+    static_scale_for,
+    underflow_excess,
+)
+from ampsweep.jobs import TrialConfig
+
+from .._config import RunConfig
+from .._result import SweepResult
+from ..cluster._launcher import run_sweep
+from ..planning._grid import equivalents
+from ..planning._plan import SweepPlan, starts_of
+from ..store._store import SweepStore
+from ._search_rules import (
+    SeedEvidence,
+    is_stable,
+    needs_loss_scaling,
+    next_class,
+    shrink_decision,
+    shrinkable,
+    stability_phrase,
+)
+
+if TYPE_CHECKING:
+    from ..planning._spec import SweepSpec
+    from ..planning._workload_check import WorkloadFacts
+
+
+class AdaptiveSearch:
+    """One adaptive search over a validated sweep; ``run`` returns what ``Sweep.run`` returns."""
+
+    def __init__(
+        self, spec: SweepSpec, workload: WorkloadFacts, resolved_yaml: str, out: str, config: RunConfig
+    ) -> None:
+        self.spec = spec
+        self.workload = workload
+        self.resolved_yaml = resolved_yaml
+        self.out = out
+        self.config = config
+        self.store = SweepStore(out, self.spec.name)
+        self.planned: dict[str, TrialConfig] = {}
+        self.log = SearchLog(sweep=self.spec.name)
+        self.totals = SweepResult(root=self.store.root, total=0, skipped=0, ran=0)
+        self.confirmed_trials = 0  # trials planned in the confirm/ sub-folder
+        grid = self.spec.grid
+        self.seeds = list(grid.seed)
+        self.search_clip = None if None in grid.clip else grid.clip[0]
+
+    # trials -------------------------------------------------------------------
+    def _trial(
+        self,
+        family: SearchFamily,
+        black: list[str],
+        clip: float | None,
+        seed: int,
+        steps: int | None = None,
+        level: str | None = None,
+    ) -> TrialConfig:
+        """A probe of ``family`` (or, with ``level=FP32_LEVEL``, its FP32 baseline)."""
+        spec = self.spec
+        level = level or family.amp_level
+        point = self.workload.starts.for_seed(seed)
+        return TrialConfig(
+            start_step=point.step if point else 0,
+            start_from=point.snapshot if point else None,
+            workload=spec.workload,
+            workload_args=dict(spec.workload_args),
+            steps=steps or spec.steps,
+            abort_after=spec.abort_after,
+            layer_every=spec.layer_every,
+            localize=spec.localize,
+            amp_level=level,
+            black_list=tuple(black),
+            clip=clip,
+            loss_scale=family.effective_loss_scale if level != FP32_LEVEL else "none",
+            dtype=family.dtype,
+            seed=seed,
+            loss_placement=family.loss_placement,
+        )
+
+    def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> None:
+        """Run what is not committed yet; the plan written is every trial of the search so far."""
+        target = store or self.store
+        if target is self.store:
+            for trial in trials:
+                self.planned.setdefault(trial.trial_id, trial)
+            planned = list(self.planned.values())
+        else:
+            planned = trials
+            self.confirmed_trials += len(trials)
+        name = self.spec.name if target is self.store else CONFIRM_FOLDER
+        same = equivalents(planned, self.workload.loss_only_classes)
+        starts = starts_of(planned, self.workload.starts)
+        plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
+        out = self.out if target is self.store else self.store.root
+        self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config, self.store.snapshot_folder))
+
+    def _evidence(
+        self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
+    ) -> list[SeedEvidence]:
+        """Each seed's verdict (the analysis' own, the one the report prints), localized Cell and
+        underflow (the share of gradient values float16 lost, against the seed's FP32 run)."""
+        from ampsweep.analysis import trial_verdicts
+
+        verdicts = trial_verdicts(store.root)
+        evidence = []
+        for trial in trials:
+            verdict = verdicts[trial.trial_id]
+            cell = None if verdict.learns_like_fp32 else store.localized_cell(trial.trial_id)
+            evidence.append(SeedEvidence(trial.seed, verdict, cell, self._underflow(store, family, trial)))
+        return evidence
+
+    def _fp32_of(self, family: SearchFamily, seed: int, steps: int | None = None) -> TrialConfig:
+        """The FP32 baseline a probe is judged against: what ``_baselines`` runs for that seed."""
+        return self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL)
+
+    def _underflow(self, store: SweepStore, family: SearchFamily, trial: TrialConfig) -> float | None:
+        fp32_id = self._fp32_of(family, trial.seed, trial.steps).trial_id
+        try:
+            mine = store.trial_row(trial.trial_id, ["underflow_fraction"])["underflow_fraction"]
+            fp32 = store.trial_row(fp32_id, ["zero_fraction"])["zero_fraction"]
+        except (OSError, KeyError, ValueError):
+            return None
+        return underflow_excess(mine, fp32)
+
+    def _probe(
+        self,
+        family: SearchFamily,
+        phase: str,
+        black: list[str],
+        clip: float | None,
+        seeds: list[int] | None = None,
+        steps: int | None = None,
+        store: SweepStore | None = None,
+    ) -> tuple[SearchRound, list[SeedEvidence]]:
+        store = store or self.store
+        seeds = seeds or self.seeds
+        trials = [self._trial(family, black, clip, seed, steps) for seed in seeds]
+        self._run(trials, store)
+        probe = SearchRound(
+            round=len(family.rounds) + 1,
+            phase=phase,
+            black_list=list(black),
+            clip=clip,
+            outcomes={},
+            trial_ids=[t.trial_id for t in trials],
+            loss_scale=family.effective_loss_scale,
+        )
+        evidence = self._evidence(store, family, trials)
+        for seed in evidence:
+            probe.outcomes[str(seed.seed)] = seed.verdict.verdict.value
+            if seed.underflow is not None:
+                probe.underflow[str(seed.seed)] = round(seed.underflow, 4)
+            if seed.localized is not None:
+                probe.localized.append(seed.localized)
+        family.rounds.append(probe)
+        self._save()
+        return probe, evidence
+
+    # the search ---------------------------------------------------------------
+    def _baselines(
+        self,
+        family: SearchFamily,
+        seeds: list[int],
+        steps: int | None = None,
+        store: SweepStore | None = None,
+    ) -> None:
+        """FP32 runs of every seed: what each probe's verdict is measured against."""
+        trials = [self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL) for seed in seeds]
+        self._run(trials, store)
+
+    def _scale_remedies(self, family: SearchFamily) -> list[str]:
+        """The loss scales to try when gradients underflow: dynamic, and a static 2^k that lifts the
+        FP32 baseline's largest gradient to just below float16's maximum."""
+        absmax = [self.store.gradient_absmax(self._fp32_of(family, seed).trial_id) for seed in self.seeds]
+        known = [a for a in absmax if a is not None]
+        return ["dynamic", static_scale_for(max(known) if known else None)]
+
+    def _try_loss_scaling(
+        self, family: SearchFamily, black: list[str]
+    ) -> tuple[SearchRound, list[SeedEvidence]]:
+        """Probe each loss scale on ``black``; the family keeps the first that is stable (else the first)."""
+        tried = []
+        for scale in self._scale_remedies(family):
+            family.loss_scale_added = scale
+            probe, evidence = self._probe(family, "loss scale", black, self.search_clip)
+            probe.decision = f"loss scale {scale}: {stability_phrase(evidence)}"
+            if is_stable(evidence):
+                return probe, evidence
+            tried.append((scale, probe, evidence))
+        family.loss_scale_added, probe, evidence = tried[0]
+        return probe, evidence
+
+    def _grow(self, family: SearchFamily) -> list[str] | None:
+        black: list[str] = []
+        probe, evidence = self._probe(family, "grow", black, self.search_clip)
+        while not is_stable(evidence):
+            scaling = needs_loss_scaling(evidence, family.effective_loss_scale != "none")
+            if scaling is not None:
+                probe.decision = scaling
+                probe, evidence = self._try_loss_scaling(family, black)
+                continue
+            step = next_class(black, evidence, self.spec.search_rounds)
+            probe.decision = step.decision
+            if step.add is None:
+                return None
+            black = [*black, step.add]
+            probe, evidence = self._probe(family, "grow", black, self.search_clip)
+        probe.decision = probe.decision or stability_phrase(evidence)  # a loss-scale probe said its own
+        return black
+
+    def _shrink(self, family: SearchFamily, black: list[str]) -> list[str]:
+        if not shrinkable(black):
+            return black
+        for name in list(black):
+            candidate = [c for c in black if c != name]
+            probe, evidence = self._probe(family, "shrink", candidate, self.search_clip)
+            stable = is_stable(evidence)
+            probe.decision = shrink_decision(name, stable)
+            if stable:
+                black = candidate
+        return black
+
+    def _confirm(self, family: SearchFamily, black: list[str]) -> None:
+        confirm = self.spec.confirm
+        clips = self._best_clips(family, black, confirm.top)
+        seeds = self.seeds + [max(self.seeds) + 1 + i for i in range(confirm.seeds)]
+        steps = self.spec.steps * confirm.steps_factor
+        store = SweepStore(self.store.root, CONFIRM_FOLDER)
+        self._baselines(family, seeds, steps, store)
+        held = []
+        for clip in clips:
+            probe, evidence = self._probe(family, "confirm", black, clip, seeds, steps, store)
+            ok = is_stable(evidence)
+            probe.decision = "held" if ok else "did not hold"
+            held.append(ok)
+        family.confirmed = all(held)
+        clip_text = ", ".join("off" if c is None else f"{c:g}" for c in clips)
+        family.confirmation = f"clip {clip_text} on {len(seeds)} seeds × {steps} steps: " + (
+            "stable on every seed"
+            if family.confirmed
+            else "not stable on every seed — see the confirm rounds"
+        )
+
+    def _best_clips(self, family: SearchFamily, black: list[str], top: int) -> list[float | None]:
+        """The clip thresholds of the ``top`` best configurations on ``black``, by the analysis ranking."""
+        from ampsweep.analysis import analyze
+
+        ranking = analyze(self.store.root, figures=False).ranking
+        mine = ranking[
+            (ranking["amp_level"] == family.amp_level)
+            & (ranking["dtype"] == family.dtype)
+            & (ranking["loss_scale"] == family.loss_scale)
+            & (ranking["black_list"].map(tuple) == tuple(sorted(black)))
+        ].sort_values("rank")
+        clips = [None if c != c else float(c) for c in mine["clip"].head(top)]  # NaN is "no clip"
+        return clips or [self.search_clip]
+
+    def _save(self) -> None:
+        self.log.trials_run = len(self.planned)
+        self.store.write_text(SEARCH_FILE, encode_search(self.log))
+
+    def run(self) -> SweepResult:
+        grid = self.spec.grid
+        own = list(self.workload.own_classes)
+        self.log.candidate_classes = own
+        families = [
+            SearchFamily(level, dtype, scale, loss_placement=placement)
+            for level in grid.amp_level
+            if level != FP32_LEVEL
+            for dtype in grid.dtype
+            for scale in grid.loss_scale
+            for placement in grid.loss_placement
+        ]
+        self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
+        self.log.families = families
+        for family in families:
+            self._baselines(family, self.seeds)
+            black = self._grow(family)
+            if black is None:
+                family.conclusion = "no stable black list found; the rounds below show why"
+                self._save()
+                continue
+            black = self._shrink(family, black)
+            family.minimal_black_list = black
+            for clip in grid.clip:
+                if clip != self.search_clip:
+                    probe, evidence = self._probe(family, "clip", black, clip)
+                    probe.decision = stability_phrase(evidence)
+            listed = ", ".join(black) if black else "nothing beyond MindSpore's default list"
+            family.conclusion = f"minimal FP32 set: {listed}"
+            if family.loss_scale_added:
+                family.conclusion += (
+                    f"; with loss scale {family.loss_scale_added} (gradients underflow without it)"
+                )
+            self._save()
+            if self.spec.confirm.seeds or self.spec.confirm.steps_factor > 1:
+                self._confirm(family, black)
+            self._save()
+        self.totals.total = len(self.planned) + self.confirmed_trials
+        self.totals.skipped = max(self.totals.total - self.totals.ran, 0)
+        return self.totals

@@ -1,0 +1,1 @@
+"""The store: the sweep folder, its driver lock, ``pull`` and ``status``."""
