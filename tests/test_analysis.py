@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from ampsweep import analysis
-from ampsweep.analysis import _code, _steps
+from ampsweep.analysis.compute import _steps
 from ampsweep.analysis.compute._criteria import rules_text
+from ampsweep.analysis.wording import _code
 from ampsweep.contracts import (
     PLAN_FILE,
     STEPS_SCHEMA,
@@ -492,7 +493,8 @@ def test_the_report_draws_each_figure_once_and_failure_png_is_the_embedded_one(t
     """``ampsweep run`` draws while its profile runs; a figure drawn twice was most of a report's time."""
     import base64
 
-    from ampsweep.analysis import _figures, _heatmap, _plot
+    from ampsweep.analysis.compute import _heatmap
+    from ampsweep.analysis.render import _figures, _plot
 
     root = tmp_path / "unit-sweep"
     build_ranked_sweep(root)

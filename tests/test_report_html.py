@@ -257,7 +257,7 @@ def _forbid_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
-    from ampsweep.analysis import _figure_data
+    from ampsweep.analysis.compute import _figure_data
 
     def no_read(*_: object, **__: object) -> None:
         raise AssertionError("the sweep folder was read")
@@ -308,7 +308,7 @@ def test_report_renders_without_the_sweep_folder(tmp_path: Path, monkeypatch: py
 
 
 def test_analyze_without_figures_reads_no_step_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ampsweep.analysis import _figure_data
+    from ampsweep.analysis.compute import _figure_data
 
     root = tmp_path / "sweep"
     build_hostile_sweep(root)

@@ -157,7 +157,7 @@ def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
 
 @pytest.mark.parametrize("large", [False, True])
 def test_a_small_snapshot_waits_in_memory_and_a_large_one_is_written_at_once(tmp_path, monkeypatch, large):
-    from ampsweep.jobs import _watch_snapshots
+    from ampsweep.jobs.watch import _watch_snapshots
 
     if large:
         monkeypatch.setattr(_watch_snapshots, "IN_MEMORY_BYTES", 0)

@@ -141,7 +141,7 @@ def _normalise_black_list(value: object) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,) if value else ()
-    return tuple(sorted(str(v) for v in value))
+    return tuple(sorted(str(v) for v in value))  # type: ignore[attr-defined]  # a list or an array
 
 
 def black_list_label(black_list: Iterable[str]) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
+from typing import Any
 
 from .._model import SweepAnalysis
 from ..wording._blocks import Bullets, Code, Figure, Paragraph, Section, Table
@@ -117,7 +118,7 @@ class _Renderer:
         return "\n".join(_figure(i) for i in chosen)
 
     def block(self, block: object) -> str:
-        handlers: dict[type, Callable[[object], str]] = {
+        handlers: dict[type, Callable[[Any], str]] = {
             Paragraph: self._paragraph,
             Bullets: self._bullets,
             Code: lambda b: (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -84,7 +84,8 @@ def _drawn(fig: Figure) -> Image.Image | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from PIL import Image
 
-    if fig.dpi != DPI or any(matplotlib.rcParams[k] != v for k, v in _PLAIN_SAVEFIG.items()):
+    params: Any = matplotlib.rcParams  # its stubs accept only literal keys
+    if fig.dpi != DPI or any(params[k] != v for k, v in _PLAIN_SAVEFIG.items()):
         return None
     canvas = FigureCanvasAgg(fig)
     canvas.draw()

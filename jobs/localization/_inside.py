@@ -85,7 +85,9 @@ def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:
     if event.cell is None or event.inputs is None:
         return None
     if ops_module is None:
-        from mindspore import ops as ops_module
+        import mindspore
+
+        ops_module = mindspore.ops
     seen = Inside()
     largest: list[float] = []
     originals = {name: getattr(ops_module, name) for name in INNER_OPS if hasattr(ops_module, name)}

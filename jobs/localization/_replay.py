@@ -321,10 +321,10 @@ def _skip_ahead(
     ``graphs``, a replay the worker kept from an earlier diagnosis of the graph
     is restarted instead of built: the fast-forward gives it the trial's state.
     """
-    kept = compiled is not None and steps > 0 and graphs is not None
-    replay = (
-        _kept_replay(config, workload_ref, limit, graphs) if kept else _Replay(config, workload_ref, limit)
-    )
+    if compiled is not None and steps > 0 and graphs is not None:
+        replay = _kept_replay(config, workload_ref, limit, graphs)
+    else:
+        replay = _Replay(config, workload_ref, limit)
     if compiled is not None:
         known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
         try:

@@ -156,6 +156,8 @@ def _train(
     pending: list[Any] = []
     block = BLOCK_STEPS
 
+    block_start = time.perf_counter()
+
     def flush() -> None:
         nonlocal pending, block_start
         if pending:
@@ -166,7 +168,6 @@ def _train(
             pending = []
         block_start = time.perf_counter()
 
-    block_start = time.perf_counter()
     for index, batch in enumerate(batches):
         variant = SAMPLED if index % every == 0 else LEAN
         compiles = variant not in step.compiled
@@ -314,6 +315,7 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
+        batches: Iterable[tuple[Any, ...]]
         if cache is None:
             workload = trial_workload(config, workload_ref)
             target_loss = workload.target_loss

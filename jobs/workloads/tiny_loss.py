@@ -37,7 +37,7 @@ class WeightedLoss(nn.Cell):
         self.inner = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         self.weight = weight
 
-    def construct(self, logits, labels):  # type: ignore[no-untyped-def]
+    def construct(self, logits, labels):
         return self.inner(logits, labels) * self.weight
 
 
@@ -51,7 +51,7 @@ class Classifier(nn.Cell):
         self.head = nn.Dense(hidden, classes)
         self.act = nn.GELU()
 
-    def construct(self, x):  # type: ignore[no-untyped-def]
+    def construct(self, x):
         return self.head(self.act(self.fc2(self.act(self.fc1(x)))))
 
 

@@ -86,7 +86,7 @@ class Dispatcher:
         )
         self.options = options
         self.held = HeldForTwins(options.clip_twins)
-        self.actors: Actors = actors if actors is not None else RayActors()
+        self.actors: Actors = actors if actors is not None else RayActors()  # type: ignore[assignment]
         self._commit = commit
         self.bar = bar
         self.heartbeat = heartbeat

@@ -9,6 +9,7 @@ the cluster has no shared storage.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from dataclasses import dataclass
 from typing import Protocol
@@ -92,7 +93,7 @@ class RayHeadSource:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if not ray.is_initialized():
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
         self._ray = ray
         self._on_head = NodeAffinitySchedulingStrategy(node_id=_head_node_id(), soft=False)
         self.name = posixpath.basename(path.rstrip("/"))
