@@ -25,6 +25,14 @@ class DeviceSetup:
     #: pinned core, the asynchronous hand-over to MindSpore's launch thread costs more than it
     #: overlaps; a hooked PyNative step (localization) ran 3x slower with it (``bench_launch``)
     launch_blocking: bool = False
+    #: set MindSpore's deterministic mode (``mindspore.set_deterministic``) on an accelerator, so
+    #: that running a trial again gives the same bits: what copies and localization replays assume
+    deterministic: bool = False
+
+    @property
+    def exact_reruns(self) -> bool:
+        """Whether a rerun of a trial here is bit-identical: always on CPU, on a device only deterministic."""
+        return self.mindspore_target == "CPU" or self.deterministic
 
     def configure_mindspore(self) -> None:
         """Apply the MindSpore side of this setup in this process: device, op threads, launch mode.
@@ -39,6 +47,8 @@ class DeviceSetup:
             ms.device_context.cpu.op_tuning.threads_num(self.cpu_threads)
         if self.launch_blocking:
             ms.runtime.launch_blocking()
+        if self.deterministic and self.mindspore_target != "CPU":
+            ms.set_deterministic(True)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ class TrialResult:
     finished_at: datetime | None = None
     #: seconds of the localization replay after training (0 when the trial needed none)
     diagnose_s: float = 0.0
+    #: for a copy: the trial whose rows it took, and why that is exact (``COPY_REASONS``)
+    copied_from: str | None = None
+    copy_reason: str | None = None
 
     @property
     def trial_id(self) -> str:
@@ -79,15 +82,18 @@ class TrialResult:
             traceback=traceback,
         )
 
-    def copied_as(self, config: TrialConfig) -> TrialResult:
+    def copied_as(self, config: TrialConfig, reason: str) -> TrialResult:
         """This result as the result of ``config``, a trial that computes exactly what this one did.
 
         Its tables are this trial's (they carry no trial id: the folder names
         it); it took no time of its own, so its clock stops where this one's did.
+        ``reason`` says why the copy is exact (a key of ``COPY_REASONS``).
         """
         return replace(
             self,
             config=config,
+            copied_from=self.trial_id,
+            copy_reason=reason,
             compile_s=0.0,
             wall_s=0.0,
             diagnose_s=0.0,
@@ -121,6 +127,8 @@ class TrialResult:
             "final_loss": self.final_loss,
             "target_loss": self.target_loss,
             "equivalent_to": equivalent_to,
+            "copied_from": self.copied_from,
+            "copy_reason": self.copy_reason,
             "error": self.error,
             "traceback": self.traceback,
             "wall_s": self.wall_s,

@@ -84,7 +84,7 @@ class TrialWorker:
             remember(config.start_from, start)
         started_at = datetime.now(timezone.utc)
         result = run_trial(config, workload_ref, self.placement, self.graphs)
-        if config.localize:
+        if config.localize and self.setup.exact_reruns:  # a replay must retrace the trial bit for bit
             replay_started = time.perf_counter()
             result.anomalies = diagnose(result, workload_ref, baseline, self.graphs)
             result.diagnose_s = time.perf_counter() - replay_started

@@ -51,6 +51,11 @@ class RunConfig:
     #: also run the FP32 float16-headroom profile (``ampsweep profile``) on the first actor the
     #: trial queue leaves idle; it lands in ``SweepResult.profile`` (the CLI writes profile.json)
     profile: bool = False
+    #: on a GPU or NPU, set MindSpore's deterministic mode in every worker so that a rerun is
+    #: bit-identical: trials that compute the same are then copied, not trained, and a broken trial
+    #: is localized by replaying it. False trades both for the device's faster nondeterministic
+    #: kernels: every trial trains and nothing is replayed. CPU reruns are always bit-identical.
+    deterministic: bool = True
 
     def __post_init__(self) -> None:
         if self.workers is not None and (

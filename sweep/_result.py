@@ -27,8 +27,8 @@ class SweepResult:
     skipped: int
     ran: int
     outcomes: dict[str, int] = field(default_factory=dict)
-    #: of ``ran``, the trials whose results were copied, not trained: from an equivalent twin
-    #: (``SweepPlan.copies``) or a looser-clipped twin whose norm never reached their clip
+    #: of ``ran``, the trials whose results were copied, not trained (``SweepPlan.copy_map``): from
+    #: an equivalent trial, or from the same run with a looser clip whose norm never reached theirs
     copied: int = 0
     #: the FP32 profile a worker ran at the sweep's end (``RunConfig.profile``), or why there is none
     profile: Profile | None = None

@@ -136,8 +136,10 @@ def test_an_equivalent_trial_whose_twin_is_already_committed_is_trained(tmp_path
         }
     ).plan()
     ((copy, twin),) = plan.equivalent_to.items()
-    assert plan.copies(plan.trials) == {twin: tuple(t for t in plan.trials if t.trial_id == copy)}
-    assert plan.copies([t for t in plan.trials if t.trial_id != twin]) == {}
+    assert plan.copy_map(plan.trials, exact_reruns=True).always == {
+        twin: tuple(t for t in plan.trials if t.trial_id == copy)
+    }
+    assert plan.copy_map([t for t in plan.trials if t.trial_id != twin], exact_reruns=True).always == {}
 
 
 class _Depths(InProcessActors):

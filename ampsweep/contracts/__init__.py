@@ -68,7 +68,15 @@ from ._search import (
     decode_search,
     encode_search,
 )
-from ._tables import ANOMALIES_SCHEMA, COLUMN_DOCS, LAYERS_SCHEMA, STEPS_SCHEMA, TABLE_SCHEMAS, TRIALS_SCHEMA
+from ._tables import (
+    ANOMALIES_SCHEMA,
+    COLUMN_DOCS,
+    COPY_REASONS,
+    LAYERS_SCHEMA,
+    STEPS_SCHEMA,
+    TABLE_SCHEMAS,
+    TRIALS_SCHEMA,
+)
 from ._verdict import (
     FP32_LEVEL,
     SILENT_RULE,
@@ -123,6 +131,7 @@ __all__ = [
     "SNAPSHOT_FOLDER",
     "SPEC_FILE",
     "STEPS_SCHEMA",
+    "COPY_REASONS",
     "TABLE_SCHEMAS",
     "TRIALS_SCHEMA",
     "TRIAL_PARTITION_KEY",

@@ -10,6 +10,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+#: why a trial was copied instead of trained (the ``copy_reason`` column), and when that is exact
+COPY_REASONS = {
+    "equivalent": "it computes exactly what `copied_from` computed on the same compiled graph "
+    "(a black list, dtype or loss placement under O0, which casts nothing)",
+    "clip_never_reached": "it differs from `copied_from` only by a tighter clip, and `copied_from` completed "
+    "with its gradient norm never above that clip, so the clip would never have fired",
+}
+
 TRIALS_SCHEMA = pa.schema(
     [
         ("trial_id", pa.string()),
@@ -30,6 +38,8 @@ TRIALS_SCHEMA = pa.schema(
         ("final_loss", pa.float64()),
         ("target_loss", pa.float64()),
         ("equivalent_to", pa.string()),  # trial_id this config duplicates, or null
+        ("copied_from", pa.string()),  # trial_id whose rows a copy took (attempts 0); null = trained
+        ("copy_reason", pa.string()),  # why the copy is exact: one of COPY_REASONS; null = trained
         ("error", pa.string()),
         ("traceback", pa.string()),
         ("wall_s", pa.float64()),  # seconds, whole trial on the worker
@@ -135,6 +145,9 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "final_loss": "mean finite loss over the last 10 % of steps run",
         "target_loss": "the workload's `target_loss`, or null",
         "equivalent_to": "`trial_id` this trial computes the same as (a black list or dtype under O0), or null; on that trial's graph its rows are that trial's, copied (`attempts` 0)",
+        "copied_from": "`trial_id` whose rows this trial took instead of training (`attempts` 0); null = trained",
+        "copy_reason": "why the copy is exact: `equivalent` (the same computation on the same graph) or "
+        "`clip_never_reached` (a tighter clip that the looser run never reached); null = trained",
         "error": "exception type and first line, for `failed`",
         "traceback": "full traceback, for `failed`",
         "wall_s": "seconds, whole trial on the worker (0 for a copy: `attempts` 0)",

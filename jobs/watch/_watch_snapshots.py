@@ -178,7 +178,7 @@ def detect_policy(network: Any, loss_scale: str = "none") -> Policy:
     ``amp.auto_mixed_precision`` and ``Model(amp_level=...)`` mark the Cells
     they cast: under O2 and O3 the root is float16 (or bfloat16); O2 wraps the
     Cells of its black list (``LayerNorm``, ``BatchNorm``...) to run in float32,
-    O3 does not; O1 rewrites every Cell class into a ``...Opt`` twin and marks
+    O3 does not; O1 rewrites every Cell class into a ``...Opt`` copy and marks
     nothing. A float16 network that has none of O2's black-listed Cells
     computes the same under O2 and O3: it is reported as O2.
     """

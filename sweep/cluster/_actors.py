@@ -12,26 +12,12 @@ from __future__ import annotations
 
 import queue
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ampsweep.jobs import DeviceSetup, TrialConfig, TrialWorker
 
 #: (reference, its future): what each finished call puts on the completion queue
 Completion = tuple[Any, "Future[Any]"]
-
-
-@dataclass
-class TailCall:
-    """One call that is not a trial (the FP32 profile), for the first actor the queue leaves idle.
-
-    It runs while the other actors finish their last trials. ``answer`` is its
-    result, or the exception it ended with; None while it has not run.
-    """
-
-    args: tuple[Any, ...]
-    answer: Any = None
-    sent: bool = False
 
 
 class Actors(Protocol):

@@ -21,10 +21,11 @@ from ..planning._plan import SweepPlan
 from ..planning._resume import check_same_sweep
 from ..scheduling._dispatch import Dispatcher, DispatchOptions, Slot
 from ..scheduling._prefix import Forks
+from ..scheduling._profile_call import profile_on_a_free_actor
 from ..scheduling._progress import SweepProgress
 from ..store._lock import DriverLock
 from ..store._store import SweepStore
-from ._actors import Actors, TailCall
+from ._actors import Actors
 from ._health import ClusterWatch
 
 
@@ -172,31 +173,20 @@ def drive_trials(
     watch: Any,
     actors: Actors | None = None,
 ) -> Dispatcher:
-    """Dispatch ``pending`` on ``slots`` and commit each finished trial into ``store``.
+    """Dispatch ``pending`` on ``slots``, commit each finished trial into ``store``, then profile.
 
     The driver's whole per-trial path, and nothing that needs a cluster: the
     dispatch-at-scale benchmark runs exactly this against an in-process stand-in
     for the actors (``actors``; Ray's own by default) and ``watch``.
     """
-    done = len(plan) - len(pending)
-    copies = plan.copies(pending)
-    copied = {config.trial_id for same in copies.values() for config in same}
-
-    def commit_one(trial: TrialResult, attempts: int) -> None:
-        store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
-        outcome = Outcome(trial.outcome).value
-        result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
-        result.ran += 1
-        result.copied += int(attempts == 0)
-
-    failure = run.failure or FailurePolicy()
+    copies = plan.copy_map(pending, exact_reruns(slots, run))
     options = DispatchOptions(
         workload_ref,
         run.compute_on,
-        failure,
+        run.failure or FailurePolicy(),
         fail_fast=not run.keep_going,
-        run_last=frozenset(plan.equivalent_to),
-        clip_twins=plan.clip_twins([t for t in pending if t.trial_id not in copied]),
+        copies=copies,
+        deterministic=run.deterministic,
     )
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
@@ -205,49 +195,67 @@ def drive_trials(
             "each seed's trials start as soon as its snapshot is saved",
             flush=True,
         )
+
+    def commit(trial: TrialResult, attempts: int) -> None:
+        store.commit(trial, equivalent_to=plan.equivalent_to.get(trial.trial_id), attempts=attempts)
+        outcome = Outcome(trial.outcome).value
+        result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
+        result.ran += 1
+        result.copied += int(attempts == 0)
+
+    done = len(plan) - len(pending)
+    finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
     with SweepProgress(len(plan), done, run.progress) as bar:
-
-        def commit(trial: TrialResult, attempts: int) -> int:
-            commit_one(trial, attempts)
-            same = copies.pop(trial.trial_id, ())
-            for config in same:  # right after their twin, in its commit
-                commit_one(trial.copied_as(config), 0)
-                bar.finished(Outcome(trial.outcome).value)
-            return 1 + len(same)
-
-        finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
-        baselines = store.baselines(plan.trials, finished)
-        tail = _profile_call(plan, workload_ref, forks) if run.profile else None
-        held = {config.trial_id for same in options.clip_twins.values() for config in same}
-        to_train = [t for t in pending if t.trial_id not in copied and t.trial_id not in held]
         dispatcher = Dispatcher(
-            slots, to_train, options, commit, bar, heartbeat, done, baselines, forks, actors, tail
+            slots,
+            copies.to_train(pending),
+            options,
+            commit,
+            bar,
+            heartbeat,
+            done,
+            store.baselines(plan.trials, finished),
+            forks,
+            actors,
         )
         dispatcher.run(watch)
-    if tail is not None and tail.sent:
-        if isinstance(tail.answer, BaseException):
-            text = str(tail.answer).strip()
-            result.profile_error = f"{type(tail.answer).__name__}: {text.splitlines()[-1] if text else ''}"
-        else:
-            result.profile = tail.answer
+    if run.profile and not dispatcher.pending:
+        _profile(plan, workload_ref, forks, dispatcher, watch, result)
     return dispatcher
 
 
-def _profile_call(plan: SweepPlan, workload_ref: str, forks: Forks | None) -> TailCall | None:
-    """The FP32 profile of the first seed, from where its trials start (as ``ampsweep profile``).
+def exact_reruns(slots: list[Slot], run: RunConfig) -> bool:
+    """Whether rerunning a trial on these devices gives the same bits (what a copy assumes)."""
+    return run.deterministic or all((run.compute_on or slot.backend.kind) == "cpu" for slot in slots)
 
-    None when that start is not at hand (a snapshot no pending trial uses): the
-    caller then profiles in the driver, as ``ampsweep profile`` would.
+
+def _profile(
+    plan: SweepPlan,
+    workload_ref: str,
+    forks: Forks | None,
+    dispatcher: Dispatcher,
+    watch: Any,
+    result: SweepResult,
+) -> None:
+    """The FP32 profile of the first seed, after the trials, on an actor that is still up.
+
+    From where that seed's trials start, as ``ampsweep profile`` would. When
+    that start is not at hand (a snapshot no pending trial used) or no actor
+    is up, the CLI profiles in the driver instead.
     """
     first = plan.trials[0]
     start = None
     if first.start_from:
         start = forks.refs.get(first.start_from) if forks is not None else None
         if start is None:
-            return None
-    return TailCall(
-        (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
-    )
+            return
+    args = (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
+    answer = profile_on_a_free_actor(dispatcher.slots, dispatcher.actors, args, watch, dispatcher.committed)
+    if isinstance(answer, BaseException):
+        text = str(answer).strip()
+        result.profile_error = f"{type(answer).__name__}: {text.splitlines()[-1] if text else ''}"
+    else:
+        result.profile = answer
 
 
 def _own_node() -> str | None:

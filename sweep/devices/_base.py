@@ -23,14 +23,18 @@ class DeviceBackend(Protocol):
         """``ray.remote`` options that pin one actor to one device."""
 
 
-def device_setup(backend: DeviceBackend, ordinal: int, compute_on: str | None) -> DeviceSetup:
+def device_setup(
+    backend: DeviceBackend, ordinal: int, compute_on: str | None, deterministic: bool = True
+) -> DeviceSetup:
     """The setup of the ``ordinal``-th actor of a sweep.
 
     Computing on CPU (a CPU actor, or ``--compute-on cpu`` for a dry run of a
     device sweep under fake resources) pins one core and one MindSpore thread
     per actor: two MindSpore processes on two cores thrash otherwise. On that
     one core ops launch synchronously: a device's asynchronous queue overlaps
-    host and device work, but a CPU has nothing to overlap.
+    host and device work, but a CPU has nothing to overlap. On a device,
+    ``deterministic`` sets MindSpore's deterministic mode: a copied trial or a
+    localization replay is only as good as a bit-identical rerun.
     """
     on_cpu = (compute_on or backend.kind) == "cpu"
     return DeviceSetup(
@@ -40,4 +44,5 @@ def device_setup(backend: DeviceBackend, ordinal: int, compute_on: str | None) -
         cpu_core=ordinal if on_cpu else None,
         cpu_threads=1 if on_cpu else None,
         launch_blocking=on_cpu,
+        deterministic=deterministic and not on_cpu,
     )

@@ -61,7 +61,7 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
     change nothing. Under ``loss_placement: outside`` the loss cell is never
     cast, so black-listing a class that lives only in the loss (``loss_classes``)
     changes nothing either. The ranking must not count those trials twice; the
-    ones on their twin's compiled graph are not even trained (``SweepPlan.copies``).
+    ones on their source's compiled graph are not even trained (``SweepPlan.copy_map``).
     """
     by_id = {t.trial_id: t for t in trials}
     result = _o0_equivalents(trials, by_id)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ampsweep.contracts import SNAPSHOT_FOLDER, PlanEntry
 from ampsweep.jobs import TrialConfig
 
+from ._copies import CopyMap, plan_copies
 from ._grid import count_graphs, equivalents, expand_grid
 from ._spec import SweepSpec
 from ._start import StartPoint, Starts
@@ -49,44 +50,9 @@ class SweepPlan:
     def __len__(self) -> int:
         return len(self.trials)
 
-    def copies(self, pending: list[TrialConfig]) -> dict[str, tuple[TrialConfig, ...]]:
-        """Pending trials whose results are copied from a pending twin instead of trained, by twin.
-
-        Only an equivalent trial on its twin's compiled graph (a black list,
-        dtype or loss placement under O0): the same graph, seed, clip, data and
-        start compute the same numbers, so training it again would only show
-        that a CPU run repeats. An equivalent on a graph of its own (a loss-only
-        class under ``loss_placement: outside``), or one whose twin is already
-        committed (a resumed run), is trained as usual.
-        """
-        by_id = {t.trial_id: t for t in pending}
-        copies: dict[str, tuple[TrialConfig, ...]] = {}
-        for trial in pending:
-            twin = by_id.get(self.equivalent_to.get(trial.trial_id, ""))
-            if twin is not None and twin.graph_id == trial.graph_id:
-                copies[twin.trial_id] = (*copies.get(twin.trial_id, ()), trial)
-        return copies
-
-    def clip_twins(self, pending: list[TrialConfig]) -> dict[str, tuple[TrialConfig, ...]]:
-        """Pending trials that wait for a looser-clipped twin, by that twin's id.
-
-        Trials that differ only in their clip compute the same numbers until
-        the first step whose gradient norm lies between their thresholds
-        (``jobs.same_run_with_clip``). Of each such group the loosest trial
-        (no clip, else the largest) trains; each tighter one waits for it and
-        is copied from it when its norm never exceeded the tighter clip, else
-        trained. Equivalent trials (``equivalent_to``) keep their own rule.
-        """
-        groups: dict[str, list[TrialConfig]] = {}
-        for trial in pending:
-            if trial.trial_id not in self.equivalent_to:
-                groups.setdefault(replace(trial, clip=None).trial_id, []).append(trial)
-        twins: dict[str, tuple[TrialConfig, ...]] = {}
-        for group in groups.values():
-            if len(group) > 1:
-                loosest, *tighter = sorted(group, key=_looseness, reverse=True)
-                twins[loosest.trial_id] = tuple(tighter)
-        return twins
+    def copy_map(self, pending: list[TrialConfig], exact_reruns: bool) -> CopyMap:
+        """Which of ``pending`` are copied instead of trained, and on what condition (``_copies``)."""
+        return plan_copies(pending, self.equivalent_to, exact_reruns)
 
     def entries(self) -> list[PlanEntry]:
         return [
@@ -128,10 +94,6 @@ class SweepPlan:
 
     def _prefix_ids(self) -> list[tuple[str, TrialConfig]]:
         return [(sid, p.prefix) for sid, p in self.starts.items() if p.prefix is not None]
-
-
-def _looseness(trial: TrialConfig) -> float:
-    return float("inf") if trial.clip is None else trial.clip
 
 
 def starts_of(trials: list[TrialConfig], starts: Starts | None) -> dict[str, StartPoint]:

@@ -1,13 +1,17 @@
-"""Handing trials to device actors one at a time, and surviving what a long run meets.
+"""Routing trials to device actors one at a time, and surviving what a long run meets.
 
 Trials are handed out as actors free up (not pre-split): no device idles while
 trials remain, a slow trial holds back nobody, and an actor holds the trial it
-runs plus the next (``depth``). ``TrialQueue`` picks the next (own graphs
-first). A new actor first answers a probe: one that never starts holds no
-trial. Handled here: a worker killed mid-trial (the trial runs again, counted
-in ``attempts``), a trial that kills ``max_attempts`` workers (``failed``), a
-lost cluster (``ClusterLost``), a workload whose first trials all fail alike
-(``WorkloadBroken``), Ctrl-C (``Interrupted``).
+runs plus the next (``depth``). The dispatcher only routes; each decision has
+a part of its own: ``TrialQueue`` picks the next trial (own graphs first),
+``Copies`` makes the plan's copies and releases held trials, ``FailFastGate``
+holds the first results until they show whether the workload is broken,
+``Forks`` releases a seed's trials once its snapshot exists and ``Baselines``
+gives each trial its FP32 reference. Handled here: a new actor first answers a
+probe (one that never starts holds no trial), a worker killed mid-trial (the
+trial runs again, counted in ``attempts``), a trial that kills ``max_attempts``
+workers (``failed``), a lost cluster (``ClusterLost``), Ctrl-C (``Interrupted``).
+Every result, copies included, is committed through one path (``_record``).
 """
 
 from __future__ import annotations
@@ -23,19 +27,19 @@ from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import Hint, Outcome, Placement, TrialConfig, TrialResult
 
 from .._config import FailurePolicy
-from .._errors import ClusterLost, Interrupted, check_first_trials
-from ..cluster._actors import Actors, RayActors, TailCall
+from .._errors import ClusterLost, Interrupted
+from ..cluster._actors import Actors, RayActors
 from ..cluster._health import ClusterWatch
 from ..devices import device_setup
+from ..planning._copies import CopyMap
 from ._baselines import Baselines
-from ._clip_hold import HeldForTwins
+from ._copies import Copies
+from ._fail_fast import FailFastGate
 from ._prefix import Forks
 from ._progress import SweepProgress
 from ._queue import TrialQueue
 from ._slot import Slot
 
-#: Trials whose results decide whether the workload itself is broken.
-FAIL_FAST_TRIALS = 3
 #: Seconds without any live actor after which the sweep gives up waiting for one to start.
 NO_ACTOR_TIMEOUT_S = 300.0
 #: How long the loop waits for a finished call before it checks the cluster and Ctrl-C again.
@@ -50,15 +54,15 @@ class DispatchOptions:
     fail_fast: bool = True
     #: trials an actor holds at once: it starts the next one without a round trip to the driver
     depth: int = 2
-    #: trials computing what another does on a graph of their own (``SweepPlan.equivalent_to``): run last
-    run_last: frozenset[str] = frozenset()
-    #: trials held until their looser-clipped twin has run (``SweepPlan.clip_twins``), by its id
-    clip_twins: dict[str, tuple[TrialConfig, ...]] = field(default_factory=dict)
+    #: the plan's copies of the pending trials (``SweepPlan.copy_map``)
+    copies: CopyMap = field(default_factory=CopyMap)
+    #: on a GPU or NPU, workers set MindSpore's deterministic mode (``RunConfig.deterministic``)
+    deterministic: bool = True
 
 
 class Dispatcher:
-    """Runs ``pending`` on ``slots``; ``commit``, once per finished trial, says how many trials
-    it committed (copies too). The driver's work per trial does not grow with the cluster: a
+    """Runs ``pending`` on ``slots``; ``commit`` writes one finished trial (a copy: attempts 0).
+    The driver's work per trial does not grow with the cluster: a
     finished call arrives on ``actors.completions`` (no wait over all calls), the next trial
     comes from ``TrialQueue`` (no scan), and the lock's heartbeat is written once a second.
     """
@@ -68,24 +72,27 @@ class Dispatcher:
         slots: list[Slot],
         pending: list[TrialConfig],
         options: DispatchOptions,
-        commit: Callable[[TrialResult, int], int],
+        commit: Callable[[TrialResult, int], None],
         bar: SweepProgress,
         heartbeat: Callable[[list[str]], None],
         committed_before: int,
         baselines: Baselines,
         forks: Forks | None = None,
         actors: Actors | None = None,
-        tail: TailCall | None = None,
     ) -> None:
         self.baselines = baselines
         self.slots = slots
         #: a forked sweep's snapshots; its prefix runs go ahead of every trial
         self.forks = forks
         self.queue = TrialQueue(
-            [*(forks.runs if forks else []), *pending], forks.refs if forks else (), options.run_last
+            [*(forks.runs if forks else []), *pending],
+            forks.refs if forks else (),
+            options.copies.confirm_last,
         )
         self.options = options
-        self.held = HeldForTwins(options.clip_twins)
+        self.copies = Copies(options.copies)
+        #: copies made from a result the gate still holds: committed right after it
+        self._copies_of: dict[str, list[TrialResult]] = {}
         self.actors: Actors = actors if actors is not None else RayActors()  # type: ignore[assignment]
         self._commit = commit
         self.bar = bar
@@ -96,15 +103,12 @@ class Dispatcher:
         #: readiness probe of a new actor -> its slot and that actor (a later replacement has another)
         self.probes: dict[Any, tuple[Slot, Any]] = {}
         self.committed = committed_before
-        self._early: list[TrialResult] | None = [] if options.fail_fast else None
+        self.gate = FailFastGate(options.fail_fast)
         self._last_live = time.monotonic()
         self._next_beat = 0.0
         self._running = 0  # slots with at least one call
         #: calls that were running on an actor when it died (the others behind it never started)
         self._lost: set[Any] = set()
-        self.tail = tail
-        self._tail_call: Any = None
-        self._tail_slot: tuple[Slot, Any] | None = None
         #: ready actors left idle while trials wait for the actors that compiled their graphs
         self._idle: dict[int, Slot] = {}
         self.last_error = ""
@@ -112,13 +116,16 @@ class Dispatcher:
     @property
     def pending(self) -> list[TrialConfig]:
         """The trials not handed out yet, in line order."""
-        return self.queue.remaining() + self.held.trials()
+        return self.queue.remaining() + self.copies.held()
 
     def _left(self) -> int:
-        return len(self.queue) + len(self.in_flight) + len(self.held)
+        return len(self.queue) + len(self.in_flight) + len(self.copies)
+
+    def _setup(self, slot: Slot) -> Any:
+        return device_setup(slot.backend, slot.ordinal, self.options.compute_on, self.options.deterministic)
 
     def _start_actor(self, slot: Slot) -> None:
-        setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
+        setup = self._setup(slot)
         slot.actor = self.actors.start(slot.index, setup, slot.backend.actor_options())
         slot.ready = False
         self.queue.drop(slot.graphs)
@@ -155,10 +162,7 @@ class Dispatcher:
             return
         short = len(self.queue) < self.options.depth * len(self.slots)
         depth = 1 if before_ready or short else self.options.depth
-        while len(slot.calls) < depth and (self.queue or self._tail_due()):
-            if slot.ready and self._tail_due():  # before the trials that run last: they fill in beside it
-                self._send_tail(slot)
-                continue
+        while len(slot.calls) < depth and self.queue:
             taken = self._take_for(slot)
             if taken is None:
                 break
@@ -172,29 +176,14 @@ class Dispatcher:
             if not slot.calls:
                 self._running += 1
             slot.calls.append(call)
-        if slot.ready and not slot.calls and not self.queue and self.held:  # idle, else: train, not wait
-            self.queue.push(self.held.release_one())
+        if slot.ready and not slot.calls and not self.queue and self.copies:  # idle, else: train, not wait
+            self.queue.push(self.copies.release_one())
             self._dispatch(slot)
             return
-        idle = slot.ready and not slot.calls
-        if idle and (self.queue or self.held):
+        if slot.ready and not slot.calls and (self.queue or self.copies):
             self._idle[slot.index] = slot  # asks again when an answer changes the queue
         else:
             self._idle.pop(slot.index, None)
-        if idle and self.tail is not None and not self.tail.sent:  # nothing it may run now
-            self._send_tail(slot)
-
-    def _tail_due(self) -> bool:
-        """The profile goes out once only trials that run last (or none) are left, none held."""
-        return self.tail is not None and not self.tail.sent and self.queue.only_last() and not self.held
-
-    def _send_tail(self, slot: Slot) -> None:
-        self.tail.sent = True  # type: ignore[union-attr]
-        self._tail_call = self.actors.profile(slot.actor, self.tail.args)  # type: ignore[union-attr]
-        self._tail_slot = (slot, slot.actor)
-        if not slot.calls:
-            self._running += 1
-        slot.calls.append(self._tail_call)
 
     def _answered(self, slot: Slot, call: Any) -> None:
         """``call`` is no longer in flight on ``slot``."""
@@ -204,45 +193,41 @@ class Dispatcher:
                 self._running -= 1
 
     def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
-        setup = device_setup(slot.backend, slot.ordinal, self.options.compute_on)
+        setup = self._setup(slot)
         return TrialResult.failure(
             config, error, Placement(setup.device_kind, setup.mindspore_target, worker_index=slot.index)
         )
 
     def _finish(self, result: TrialResult) -> None:
-        """Record ``result``, then copy or release the trials held for it (``HeldForTwins``)."""
-        self._finish_one(result)
-        copies, to_train = self.held.settle(result, self.baselines.hint)
-        for config in to_train:
-            self.queue.push(config)
-        for copy in copies:
-            self.attempts[copy.trial_id] = 0
-            self.baselines.add_result(copy)
-            self._finish_one(copy)
-        if to_train:
-            self._wake_idle()
-
-    def _finish_one(self, result: TrialResult) -> None:
+        """A trial is back: a prefix releases its seed's trials; any other makes its copies,
+        releases the trials held for it, and passes the fail-fast gate to be committed."""
         released = self.forks.take(result, self.committed, self._left()) if self.forks else None
         if released is not None:
             self.queue.release(released)
             for slot in self.slots:  # the trials this snapshot held back may start now
                 self._dispatch(slot)
             return
-        if self._early is not None:
-            self._early.append(result)
-            if len(self._early) < min(FAIL_FAST_TRIALS, len(self._early) + self._left()):
-                return
-            early, self._early = self._early, None
-            check_first_trials(early, self.committed, self._left() + len(early))
-            for held in early:
-                self._record(held)
-            return
-        self._record(result)
+        copies, to_train = self.copies.after(result, self.baselines.hint)
+        for config in to_train:
+            self.queue.push(config)
+        if to_train:
+            self._wake_idle()
+        for copy in copies:
+            self.baselines.add_result(copy)
+        if copies:
+            self._copies_of[result.trial_id] = copies
+        for ready in self.gate.admit(result, self.committed, self._left()):
+            self._record(ready)
 
     def _record(self, result: TrialResult) -> None:
-        self.committed += self._commit(result, self.attempts.get(result.trial_id, 1))
+        """Commit ``result``, then each copy made from it: the one place trials are committed."""
+        self._commit(result, self.attempts.get(result.trial_id, 1))
+        self.committed += 1
         self.bar.finished(Outcome(result.outcome).value)
+        for copy in self._copies_of.pop(result.trial_id, ()):
+            self._commit(copy, 0)
+            self.committed += 1
+            self.bar.finished(Outcome(copy.outcome).value)
 
     def run(self, watch: ClusterWatch) -> None:
         for slot in self.slots:
@@ -266,28 +251,23 @@ class Dispatcher:
                     self._probe_answered(call, answer)
                 elif call in self.in_flight:
                     self._trial_answered(call, answer)
-                elif call is self._tail_call:
-                    self._tail_answered(call, answer)
         except KeyboardInterrupt:
             raise Interrupted("interrupted", self.committed, self._left()) from None
         finally:
             for slot, actor in self.probes.values():  # actors that never started (e.g. their node is gone)
                 if actor is slot.actor:
                     self._give_up(slot)
-        if self._early:  # fewer trials than FAIL_FAST_TRIALS in the whole run
-            early, self._early = self._early, None
-            check_first_trials(early, self.committed, self._left() + len(early))
-            for held in early:
-                self._record(held)
+        for ready in self.gate.close(self.committed, self._left()):  # a run shorter than the gate
+            self._record(ready)
 
     def _work_left(self) -> bool:
         """An answer is awaited; else an actor left idle with trials in line is asked once more
         (it is otherwise asked only once a second, after the loop would have ended)."""
-        if self.in_flight or (self.queue and self.probes) or self._tail_call is not None:
+        if self.in_flight or (self.queue and self.probes):
             return True
-        if self._idle and (self.queue or self.held):
+        if self._idle and (self.queue or self.copies):
             self._wake_idle()
-            return bool(self.in_flight) or self._tail_call is not None
+            return bool(self.in_flight)
         return False
 
     def _beat(self) -> None:
@@ -298,7 +278,7 @@ class Dispatcher:
         self._next_beat = now + _TICK_S
         self._wake_idle()
         running = (self.in_flight.get(slot.calls[0]) for slot in self.slots if slot.calls)
-        self.heartbeat([held[2].trial_id for held in running if held is not None])  # not the profile
+        self.heartbeat([held[2].trial_id for held in running if held is not None])
         self.bar.set_running(self._running)
 
     def _probe_answered(self, call: Any, answer: Future[Any]) -> None:
@@ -358,20 +338,6 @@ class Dispatcher:
         Not on every answer: that would cost O(devices) each."""
         for slot in list(self._idle.values()):
             self._dispatch(slot)
-
-    def _tail_answered(self, call: Any, answer: Future[Any]) -> None:
-        assert self._tail_slot is not None
-        slot, actor = self._tail_slot
-        self._tail_call = None
-        self._answered(slot, call)
-        try:
-            self.tail.answer = answer.result()  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - the profile is extra: its failure is reported, not raised
-            self.tail.answer = exc  # type: ignore[union-attr]
-            if isinstance(exc, self.actors.actor_died) and actor is slot.actor:
-                self._actor_died(slot, exc)
-            return
-        self._dispatch(slot)  # a trial that came back to the queue meanwhile (its worker died)
 
     def _actor_died(self, slot: Slot, exc: BaseException, running_left: bool = False) -> None:
         """``running_left``: the failure that told us came from a queued call, so the oldest

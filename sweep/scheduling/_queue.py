@@ -84,10 +84,6 @@ class TrialQueue:
             return 2
         return 0 if config.amp_level == FP32_LEVEL else 1
 
-    def only_last(self) -> bool:
-        """Whether every trial left is one of ``run_last`` (also when none is left)."""
-        return not self._lines[0] and not self._lines[1] and not self._waiting
-
     def release(self, snapshot: str) -> None:
         """A snapshot now exists: the trials that start from it join the line in their old places."""
         self._ready.add(snapshot)

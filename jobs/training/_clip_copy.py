@@ -1,4 +1,4 @@
-"""When a tighter clip changes nothing: the trial a sweep may copy from its looser-clipped twin.
+"""When a tighter clip changes nothing: the trial a sweep may copy from the same run with a looser clip.
 
 The compiled step scales the gradients by ``clip / norm`` only where the
 global norm exceeds the clip (``norm > clip``, in float32); elsewhere the
@@ -57,4 +57,4 @@ def same_run_with_clip(result: TrialResult, config: TrialConfig, hint: Hint) -> 
         return True
     if isinstance(hint, PendingBaseline):
         return False  # its baseline still runs: the check cannot be made yet, so it trains
-    return localize_mode(result.copied_as(config), hint) is None
+    return localize_mode(result.copied_as(config, "clip_never_reached"), hint) is None

@@ -1,4 +1,9 @@
-"""A tighter clip that never engages computes what the looser run did: such trials are copied, not trained."""
+"""Copies: decided once by the plan, made by one part, committed with what they were copied from and why.
+
+A tighter clip that never engages computes what the looser run did; an
+equivalent trial on its source's graph computes what it did. Such trials are
+copied, not trained, but only where a rerun is bit-identical.
+"""
 
 from __future__ import annotations
 
@@ -98,30 +103,32 @@ def _plan(clip: list, black_list: list | None = None):
 
 def test_the_loosest_clip_of_each_group_trains_and_the_tighter_ones_wait_for_it():
     plan = _plan([1.0, None, 5.0])
-    twins = plan.clip_twins(plan.trials)
+    twins = plan.copy_map(plan.trials, exact_reruns=True).if_clip_never_reached
     assert len(twins) == 4, "one group per amp level and seed"
     by_id = {t.trial_id: t for t in plan.trials}
     for loosest, tighter in twins.items():
         assert by_id[loosest].clip is None and [t.clip for t in tighter] == [5.0, 1.0]
     without_none = _plan([1.0, 5.0])
     by_id = {t.trial_id: t for t in without_none.trials}
-    assert {by_id[k].clip for k in without_none.clip_twins(without_none.trials)} == {5.0}
+    held = without_none.copy_map(without_none.trials, exact_reruns=True).if_clip_never_reached
+    assert {by_id[k].clip for k in held} == {5.0}
 
 
 def test_equivalent_trials_keep_their_own_rule():
     plan = _plan([None, 1.0], black_list=[[], ["Dense"]])
-    held = {t.trial_id for same in plan.clip_twins(plan.trials).values() for t in same}
-    loosest = set(plan.clip_twins(plan.trials))
+    twins = plan.copy_map(plan.trials, exact_reruns=True).if_clip_never_reached
+    held = {t.trial_id for same in twins.values() for t in same}
+    loosest = set(twins)
     assert not (held | loosest) & set(plan.equivalent_to)
 
 
-def _drive(tmp_path: Path, plan, actors: InProcessActors) -> SweepResult:
+def _drive(tmp_path: Path, plan, actors: InProcessActors, **run) -> SweepResult:
     """Every trial of ``plan`` through the real driver loop, on 2 in-process devices."""
     store = SweepStore(str(tmp_path), plan.name)
     slots = [Slot(AscendBackend(), index, index) for index in range(2)]
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False), result,
+        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, **run), result,
         lambda running: None, QuietCluster(), actors,
     )  # fmt: skip
     return result
@@ -167,6 +174,39 @@ def test_a_tighter_clip_trial_is_copied_where_the_looser_run_never_reached_it_an
         )
         assert mine.reset_index(drop=True).equals(theirs.reset_index(drop=True))
         assert copy.wall_s == 0.0 and not mine["clipped"].any()
+        assert copy.copied_from == twin["trial_id"].item() and copy.copy_reason == "clip_never_reached"
+    trained = trials[trials["attempts"] > 0]
+    assert trained["copied_from"].isna().all() and trained["copy_reason"].isna().all()
+
+
+def test_an_equivalent_copy_names_its_source_and_reason(tmp_path):
+    plan = _plan([None], black_list=[[], ["Dense"]])
+    result = _drive(tmp_path, plan, InProcessActors())
+    trials = pd.read_parquet(tmp_path / "t" / "trials").set_index("trial_id")
+    copies = trials[trials["attempts"] == 0]
+    assert result.copied == len(copies) == 2  # O0 with [Dense], one per seed
+    for trial_id, row in copies.iterrows():
+        assert row["copied_from"] == plan.equivalent_to[trial_id] and row["copy_reason"] == "equivalent"
+
+
+def test_on_a_device_without_deterministic_mode_nothing_is_copied(tmp_path):
+    # a GPU/NPU rerun is bit-identical only in MindSpore's deterministic mode: without it, all train
+    actors = _Norms({0: 0.5, 1: 0.5})
+    plan = _plan([None, 1.0], black_list=[[], ["Dense"]])
+    result = _drive(tmp_path, plan, actors, deterministic=False)
+    assert result.copied == 0 and actors.calls == result.ran == len(plan)
+    assert pd.read_parquet(tmp_path / "t" / "trials")["copied_from"].isna().all()
+
+
+def test_workers_on_a_device_set_deterministic_mode_unless_told_not_to():
+    from ampsweep.sweep.devices import CpuBackend, device_setup
+
+    assert device_setup(AscendBackend(), 0, None).deterministic
+    assert device_setup(AscendBackend(), 0, None).exact_reruns
+    fast = device_setup(AscendBackend(), 0, None, deterministic=False)
+    assert not fast.deterministic and not fast.exact_reruns
+    on_cpu = device_setup(CpuBackend(), 0, None, deterministic=False)
+    assert on_cpu.exact_reruns and not on_cpu.deterministic  # CPU reruns are exact without it
 
 
 class _SlowLoosest(_Norms):

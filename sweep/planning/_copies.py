@@ -1,0 +1,82 @@
+"""Which trials are copied instead of trained: decided once, here, before any trial runs.
+
+A trial need not train when it would compute, bit for bit, what another trial
+computes. Two such cases, each with the condition under which the copy holds
+(the reasons are the ``copy_reason`` values, ``COPY_REASONS``):
+
+- ``equivalent``: a trial equivalent to another (``SweepPlan.equivalent_to``:
+  a black list, dtype or loss placement under O0) on that trial's compiled
+  graph. The same graph, seed, clip, data and start compute the same numbers:
+  it always holds. An equivalent on a graph of its own (a loss-only class
+  under ``loss_placement: outside``) is trained, last, since it only confirms
+  what the ranking already counts once.
+- ``clip_never_reached``: trials that differ only in their clip compute the
+  same numbers until the first step whose gradient norm lies between their
+  thresholds. The loosest of such a group trains; each tighter one is held
+  until it has run, then copied when its gradient norm never exceeded the
+  tighter clip (``jobs.same_run_with_clip`` decides), else trained.
+
+Both assume that a rerun is bit-identical: true on CPU, and on a GPU or NPU
+whose workers set MindSpore's deterministic mode. Where it is not
+(``exact_reruns`` False), nothing is copied: every trial trains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from ampsweep.jobs import TrialConfig
+
+EQUIVALENT = "equivalent"
+CLIP_NEVER_REACHED = "clip_never_reached"
+
+
+@dataclass(frozen=True)
+class CopyMap:
+    """The plan's copies of the pending trials, by the id of the trial each is copied from."""
+
+    #: copied from that trial whatever it shows (``equivalent``)
+    always: Mapping[str, tuple[TrialConfig, ...]] = field(default_factory=dict)
+    #: held until that trial has run, then copied if its norm never exceeded their clip, else trained
+    if_clip_never_reached: Mapping[str, tuple[TrialConfig, ...]] = field(default_factory=dict)
+    #: equivalent trials that still train (a graph of their own, or copies switched off): they run last
+    confirm_last: frozenset[str] = frozenset()
+
+    def to_train(self, pending: list[TrialConfig]) -> list[TrialConfig]:
+        """The pending trials that go to the queue now: neither copied for sure nor held."""
+        waiting = {c.trial_id for copies in self.always.values() for c in copies}
+        waiting |= {c.trial_id for held in self.if_clip_never_reached.values() for c in held}
+        return [t for t in pending if t.trial_id not in waiting]
+
+
+def plan_copies(pending: list[TrialConfig], equivalent_to: Mapping[str, str], exact_reruns: bool) -> CopyMap:
+    """The copies among ``pending``: ``equivalent_to`` is the plan's, ``exact_reruns`` the devices'.
+
+    A trial whose source is already committed (a resumed run) is trained: only
+    a result this run produces is copied.
+    """
+    confirm_last = frozenset(t.trial_id for t in pending if t.trial_id in equivalent_to)
+    if not exact_reruns:
+        return CopyMap(confirm_last=confirm_last)
+    by_id = {t.trial_id: t for t in pending}
+    always: dict[str, tuple[TrialConfig, ...]] = {}
+    for trial in pending:
+        source = by_id.get(equivalent_to.get(trial.trial_id, ""))
+        if source is not None and source.graph_id == trial.graph_id:
+            always[source.trial_id] = (*always.get(source.trial_id, ()), trial)
+    copied = {c.trial_id for copies in always.values() for c in copies}
+    groups: dict[str, list[TrialConfig]] = {}
+    for trial in pending:
+        if trial.trial_id not in equivalent_to:
+            groups.setdefault(replace(trial, clip=None).trial_id, []).append(trial)
+    held: dict[str, tuple[TrialConfig, ...]] = {}
+    for group in groups.values():
+        if len(group) > 1:
+            loosest, *tighter = sorted(group, key=_looseness, reverse=True)
+            held[loosest.trial_id] = tuple(tighter)
+    return CopyMap(always, held, confirm_last - copied)
+
+
+def _looseness(trial: TrialConfig) -> float:
+    return float("inf") if trial.clip is None else trial.clip

@@ -1,0 +1,68 @@
+"""The plan's copies while the sweep runs: made when their source's result comes back.
+
+``CopyMap`` (``planning._copies``) decided which trials are copied and on
+what condition; this part only keeps that map and applies it to each result.
+A copy is a ``TrialResult`` of its own (``attempts`` 0, ``copied_from`` and
+``copy_reason`` set), committed right after its source by the dispatcher's
+one commit path. A held trial whose condition fails goes back to the queue,
+and so does one a device takes rather than idle (``release_one``): with more
+devices than groups, waiting would leave devices idle for a saving that may
+not come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ampsweep.jobs import Hint, TrialConfig, TrialResult, same_run_with_clip
+
+from ..planning._copies import CLIP_NEVER_REACHED, EQUIVALENT, CopyMap
+
+
+class Copies:
+    """The copies still to make, by the id of the trial each waits for."""
+
+    def __init__(self, plan: CopyMap) -> None:
+        self._always = dict(plan.always)
+        self._held = dict(plan.if_clip_never_reached)
+        self._held_count = sum(len(held) for held in self._held.values())
+
+    def held(self) -> list[TrialConfig]:
+        """Every trial still held for its source's result (they count as trials left)."""
+        return [config for held in self._held.values() for config in held]
+
+    def __len__(self) -> int:
+        """How many trials are held (copies made for sure are counted with their source)."""
+        return self._held_count
+
+    def release_one(self) -> TrialConfig:
+        """A held trial to train now, for a device that would otherwise idle.
+
+        The tightest clip of the first group: the likeliest to be reached, so
+        the copy it gives up was the least likely anyway.
+        """
+        source = next(iter(self._held))
+        *rest, tightest = self._held.pop(source)
+        if rest:
+            self._held[source] = tuple(rest)
+        self._held_count -= 1
+        return tightest
+
+    def after(
+        self, result: TrialResult, hint: Callable[[TrialConfig], Hint]
+    ) -> tuple[list[TrialResult], list[TrialConfig]]:
+        """The copies ``result`` makes, and the held trials it releases to train.
+
+        ``hint``: the FP32 baseline a held trial would be sent with now, for
+        the silent-failure check its copy must pass as its own run would.
+        """
+        copies = [result.copied_as(config, EQUIVALENT) for config in self._always.pop(result.trial_id, ())]
+        held = self._held.pop(result.trial_id, ())
+        self._held_count -= len(held)
+        train = []
+        for config in held:
+            if same_run_with_clip(result, config, hint(config)):
+                copies.append(result.copied_as(config, CLIP_NEVER_REACHED))
+            else:
+                train.append(config)
+        return copies, train
