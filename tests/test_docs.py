@@ -184,10 +184,25 @@ def test_the_readme_keeps_its_facts() -> None:
         "MindSpore 2.7 to 2.10",
         "Python 3.10 or 3.11",
         ".ci/run",
-        "about 2.5 minutes",
-        "about 45 minutes",
     ):
         assert fact in text, f"README no longer says {fact!r}"
+
+
+DEMO_TRIALS = re.compile(r"(?P<count>[\d,]+) trials (?:of|in) `examples/seed_repro\.yaml`")
+
+
+def test_the_demos_trial_count_is_the_demos_own() -> None:
+    """A count of the demo's trials comes from its spec; its times from bench_limit's run, never typed."""
+    from ampsweep import Sweep
+
+    trials = len(Sweep.from_yaml(ROOT / "examples" / "seed_repro.yaml").plan())
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    found = [
+        (p.name, int(m["count"].replace(",", ""))) for p in pages for m in DEMO_TRIALS.finditer(p.read_text())
+    ]
+    assert found, "the README names the demo's trial count"
+    assert all(count == trials for _, count in found), f"the demo has {trials} trials: {found}"
+    assert not re.search(r"make demo[^.]*\babout [\d.]+ minutes", README.read_text())
 
 
 def test_the_report_picture_is_a_small_png() -> None:
