@@ -1,14 +1,18 @@
 """Offline analysis of an ampsweep sweep folder.
 
 Reads only Parquet (through pyarrow), never MindSpore or Ray, so results can
-be analysed on any laptop after ``ampsweep pull``. Compute, then text, then
-renderers; one concept per private module, arrows one way::
+be analysed on any laptop after ``ampsweep pull``. Compute, then words, then
+renderers; one concept per private module, arrows one way (a test checks:
+``compute`` imports neither ``wording`` nor ``render``, ``wording`` does not
+import ``render``, ``render`` does not import ``compute``)::
 
-    load -> scores -> configs -> rank (criteria) -> evidence -> figure data -> model
-    model -> text (sections, once) -> markdown / html (+ figures) / json / csv / terminal -> writer
+    compute: load -> scores -> configs -> rank (criteria) -> evidence -> figure data -> model
+    wording: model -> labels, answer, code, sections (once)
+    render:  model + words -> markdown / html (+ figures) / json / csv / terminal -> writer
 
-Every read happens in ``analyze``; the renderers receive the model and write
-only their own output. The public surface::
+``_analyze`` runs the first two (every read happens there); the renderers
+receive the model and write only their own output. Every output names a
+configuration the same way (:mod:`ampsweep.contracts._naming`). The public surface::
 
     a = analyze("out/my-sweep")      # Analysis: ranking, one Recommendation per device kind
     a.report()                       # report.md, report.html, recommendation.json, ranking.csv

@@ -1,8 +1,11 @@
 """The analysis result as data: what every renderer formats and nothing computes.
 
 The model sits at the start of the one-way chain
-``model -> text -> renderers -> writer``: it imports no other module of the
-package, so a renderer can never be imported back by the data it shows.
+``compute -> model -> wording -> render -> writer``: it imports no other module
+of the package, so a renderer can never be imported back by the data it shows.
+The ranking table's column groups (:data:`CONFIG_KEYS`, :data:`CONVERGENCE_COLUMNS`)
+are defined here, so a renderer can lay out the table without importing the
+code that computed it.
 ``recommendation.json`` is derived from :class:`Recommendation` (see
 :mod:`analysis.render._recommendation` for its schema), never assembled by hand.
 The figures' data (:class:`FigureData`) are numbers already read, smoothed
@@ -11,6 +14,7 @@ and binned by ``analyze``, so drawing them reads no file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,6 +24,79 @@ import pandas as pd
 STATUS_RECOMMENDED = "recommended"
 STATUS_NO_STABLE = "no_stable_config"
 STATUS_NO_TRIALS = "no_trials"
+
+#: The file the report writer puts the next sweep's spec in, beside report.md.
+NEXT_SPEC_FILE = "next-spec.yaml"
+
+#: What a configuration is: everything the user can choose except the seed (one ranking row each).
+CONFIG_KEYS = (
+    "amp_level",
+    "black_list_key",
+    "clip",
+    "loss_scale",
+    "dtype",
+    "device_kind",
+    "loss_placement",
+)
+#: Ranking columns that describe convergence; a broken configuration gets none of them.
+CONVERGENCE_COLUMNS = (
+    "steps_to_target_median",
+    "steps_to_target_min",
+    "steps_to_target_max",
+    "final_loss_median",
+    "final_loss_min",
+    "final_loss_max",
+)
+#: ``per_seed`` figures that describe convergence (see ``analysis.compute._configs.PER_SEED_FIGURES``).
+PER_SEED_CONVERGENCE = ("steps_to_target", "final")
+#: What :func:`top_rows` keeps: enough to choose, the rest is in the CSV.
+TOP_COLUMNS = (
+    "rank",
+    "stability",
+    *CONFIG_KEYS,
+    "n_seeds",
+    "n_trials",
+    "divergence_rate",
+    "clip_rate_median",
+    "steps_to_target_median",
+    "final_loss_median",
+    "speed_vs_fp32_median",
+    "label",
+    "outcome_text",
+    "broke_at",
+    "reason",
+    "phrase",
+    "tied_with_above",
+    "rule",
+)
+
+
+def top_rows(ranking: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
+    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
+    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
+        # each device kind is ranked on its own: its first n rows, kind after kind
+        ranking = ranking.groupby("device_kind", sort=False).head(n)
+    else:
+        ranking = ranking.head(n)
+    return ranking.loc[:, columns].reset_index(drop=True)
+
+
+def clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN and infinities to None, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(float(value)) else None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
 
 
 @dataclass(frozen=True)
@@ -65,6 +142,8 @@ class Localization:
     #: the Cell's tensor held no inf/NaN: precision was lost here and a Cell after it overflowed
     #: (None: not recorded, in sweeps written before the column)
     finite: bool | None = None
+    #: the localization in one sentence (``analysis.compute._anomalies.localization_phrase``)
+    text: str = ""
 
 
 @dataclass(frozen=True)
@@ -149,7 +228,7 @@ class DivergenceGrid:
 class Curve:
     """One configuration's line over steps: the median over its seeds, already smoothed and binned."""
 
-    label: str  # "#rank config_id", as the legend shows it
+    label: str  # "#rank label", as the legend shows it
     #: the configuration's position in its figure (which colour it gets)
     slot: int
     steps: np.ndarray
@@ -178,6 +257,8 @@ class ClipLine:
 
     clip: float
     rate: float  # NaN where that threshold was not run with them
+    #: the legend's words: "clip 5.0: fires on 12 % of steps"
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -216,6 +297,8 @@ class LayerFigureData:
     peak: float
     #: smallest and largest finite positive value over every parameter; None when there is none
     positive_range: tuple[float, float] | None
+    #: the trial's configuration and seed, named as everywhere ("O2 · no clip · seed 0")
+    label: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ._model import SweepAnalysis
+from ._analyze import analyze as _analyze
+from ._model import SweepAnalysis, top_rows
 from ._writer import write_report
-from .compute._analyze import analyze as _analyze
-from .render._terminal import terminal_table, top_rows
+from .render._terminal import terminal_table
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -9,12 +9,15 @@ sweep's own spec with what it lacked added, ``analysis.wording._next_sweep``) an
 ``recommendation.json`` (the recommendation as data, schema in
 :mod:`analysis.render._recommendation`). Files are written to a temporary name and
 renamed into place, as everything else in a sweep folder is, so a reader
-never sees half a report.
+never sees half a report. A write that fails removes its temporary file; on a
+full or over-quota disk the ``OSError`` (ENOSPC, EDQUOT) names the report file
+(``filename``), so the CLI can say which one and how to write it again.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -23,16 +26,16 @@ import yaml
 
 from ampsweep.contracts import SPEC_FILE
 
+from ._analyze import analyze
 from ._model import SweepAnalysis
-from .compute._analyze import analyze
 from .compute._load import resolve
+from .compute._next_sweep import NEXT_SPEC_FILE, next_spec
 from .render._csv import ranking_csv
 from .render._figures import report_figures
 from .render._html import render_html
 from .render._markdown import render_markdown
 from .render._plot import FigureImage
 from .render._recommendation import recommendation_json
-from .wording._next_sweep import NEXT_SPEC_FILE, next_spec
 from .wording._text import failure_file
 
 
@@ -40,16 +43,26 @@ def _atomic_write(path: Path, text: str) -> None:
     _atomic_write_bytes(path, text.encode("utf-8"))
 
 
+#: ``errno`` values of a filesystem that takes no more bytes: full, or over the user's quota
+_NO_SPACE = frozenset(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp: str | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared report from its readers
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        code = exc.errno if isinstance(exc, OSError) else None
+        if code is not None and code in _NO_SPACE:
+            # the error of a write() or close() names no file: name the report file it was for
+            raise OSError(code, os.strerror(code), str(path)) from exc
         raise
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL, parse_loss_scale
+from ampsweep.contracts import FP32_LEVEL, parse_loss_scale, trial_name
 
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (
@@ -108,7 +108,7 @@ class TrialConfig:
 
     @property
     def label(self) -> str:
-        black = "+".join(self.black_list) or "-"
-        clip = "off" if self.clip is None else f"{self.clip:g}"
-        loss = "" if self.loss_placement == "outside" else f" loss={self.loss_placement}"
-        return f"{self.amp_level} bl={black} clip={clip} ls={self.loss_scale} {self.dtype}{loss} seed={self.seed}"
+        """The trial as every output names it (``ampsweep.contracts.trial_name``), dtype and loss placement
+        spelled: 'O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · seed 0'."""
+        keys = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
+        return trial_name({k: getattr(self, k) for k in keys}, self.seed, spell=("dtype", "loss_placement"))

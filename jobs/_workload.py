@@ -46,7 +46,16 @@ class Workload:
 
 
 class WorkloadError(ValueError):
-    """A workload reference that cannot be imported or called."""
+    """A workload reference that cannot be imported or called.
+
+    ``failed``: something went wrong while using it (its import raised, the
+    factory is missing), as opposed to a reference that is not allowed (the
+    old package names, the wrong form, a factory returning the wrong type).
+    """
+
+    def __init__(self, message: str, *, failed: bool = False) -> None:
+        super().__init__(message)
+        self.failed = failed
 
 
 # --- the names before one namespace (issue 18) ------------------------------
@@ -210,13 +219,13 @@ def _module_name_for_file(path: Path) -> str:
 def _load_module_from_file(path: Path) -> Any:
     # mindspore.jit and amp's O1 rewrite read a Cell's source through
     # sys.modules, so the module must be registered before any class in it is
-    # compiled; a stable name keeps a second load from creating a twin module.
+    # compiled; a stable name keeps a second load from creating a second module.
     name = _module_name_for_file(path)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise WorkloadError(f"workload: cannot import {str(path)!r}")
+        raise WorkloadError(f"workload: cannot import {str(path)!r}", failed=True)
     # the file imports what sits beside it, as it would run as a script (`from model import Net`);
     # appended, not put first, so a file there never shadows an installed package
     folder = str(path.resolve().parent)
@@ -270,7 +279,7 @@ def load_factory(reference: str) -> Callable[..., Workload]:
         if old is not None:
             raise WorkloadError(f"workload: {old}") from exc
         raise WorkloadError(
-            f"workload: importing {module_part!r} failed: {type(exc).__name__}: {exc}"
+            f"workload: importing {module_part!r} failed: {type(exc).__name__}: {exc}", failed=True
         ) from exc
     old_package = _old_package_used(module)
     if old_package is not None:
@@ -279,7 +288,7 @@ def load_factory(reference: str) -> Callable[..., Workload]:
         )
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise WorkloadError(f"workload: {module_part!r} has no callable {attr!r}")
+        raise WorkloadError(f"workload: {module_part!r} has no callable {attr!r}", failed=True)
     return factory
 
 
@@ -313,7 +322,7 @@ def build_workload(reference: str, seed: int, workload_args: dict[str, Any], sta
         raise WorkloadError(f"workload: {old}") from exc
     kind = type(workload)
     if kind.__name__ == "Workload" and kind.__module__.split(".")[0] == "jobs":
-        # the checkout's bare ``jobs`` (cwd = the repository root): a twin of our class
+        # the checkout's bare ``jobs`` (cwd = the repository root): a second copy of our class
         source = getattr(sys.modules.get(getattr(factory, "__module__", "")), "__file__", None)
         found = _old_import_in(source)
         raise WorkloadError(

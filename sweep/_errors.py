@@ -1,12 +1,16 @@
 """The errors a user sees: one line each, naming what happened and what to do.
 
-``SpecError`` is bad input (exit code 2, nothing written). ``SweepStopped``
-is a run that could not go on — the cluster went away, the workload is
-broken, the user pressed Ctrl-C — and always says how to resume.
+``SpecError`` is bad input (exit code 2, nothing written); ``SpecFailed``,
+input that could not be used because something failed (importing the
+workload, calling its factory), says what happened instead of "not allowed".
+``SweepStopped`` is a run that could not go on — the cluster went away, the
+workload is broken, the disk is full, the user pressed Ctrl-C — and always
+says how to resume. The CLI's exit codes are listed in ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
+import errno
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,19 +27,36 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {value!r} is not allowed; {self.allowed}")
 
 
+class SpecFailed(SpecError):
+    """Input that could not be used because something failed, e.g. importing the workload: exit code 2.
+
+    The line says what happened (``workload: importing 'm.py' failed:
+    SyntaxError: ...``), not that a value is disallowed; ``allowed`` holds
+    that text, for code that reads a ``SpecError``'s parts.
+    """
+
+    def __init__(self, field: str, value: Any, what: str) -> None:
+        self.field = field
+        self.value = value
+        self.allowed = " ".join(what.split())  # one line, whatever a user's exception printed
+        ValueError.__init__(self, f"{field}: {self.allowed}")
+
+
 class SweepStopped(RuntimeError):
     """A run that stopped before its last trial; committed trials are kept."""
 
     #: exit code of the CLI
     exit_code = 3
 
-    def __init__(self, what: str, committed: int, left: int, detail: str | None = None) -> None:
+    def __init__(self, what: str, committed: int, left: int | None, detail: str | None = None) -> None:
         self.what = what
         self.committed = committed
+        #: trials not committed yet; None where that is not known (``OutOfSpace`` without a plan file)
         self.left = left
         #: more lines (e.g. the workload's traceback), printed before the one-line summary
         self.detail = detail
-        super().__init__(f"{what}; {committed} trials are committed, {left} left")
+        counts = f"{committed} trials are committed" + (f", {left} left" if left is not None else "")
+        super().__init__(f"{what}; {counts}")
 
 
 class ClusterLost(SweepStopped):
@@ -48,6 +69,29 @@ class WorkloadBroken(SweepStopped):
 
 class PrefixFailed(SweepStopped):
     """An FP32 prefix of ``start_from: {steps: N}`` did not reach step N: nothing to fork from."""
+
+
+#: ``errno`` values that mean the filesystem cannot take more bytes: full, or over the user's quota
+NO_SPACE_ERRNOS = frozenset(
+    code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None
+)
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ``OSError`` saying the filesystem is full or over quota (ENOSPC, EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS
+
+
+class OutOfSpace(SweepStopped):
+    """A file of the sweep folder could not be written: its filesystem is full or over quota.
+
+    The file that failed is removed (nothing half-written, no trial looks
+    committed that is not); the committed trials are kept, the driver's lock is
+    released, and the same command resumes once there is space. ``left`` is
+    None where the plan could not be read.
+    """
+
+    exit_code = 4
 
 
 class Interrupted(SweepStopped):

@@ -19,7 +19,7 @@ from ampsweep import __version__
 
 from ._api import Sweep
 from ._config import RunConfig
-from ._errors import SpecError, SweepStopped
+from ._errors import OutOfSpace, SpecError, SweepStopped, is_out_of_space
 from ._result import SweepResult
 from .devices import DEVICE_KINDS
 
@@ -175,9 +175,14 @@ def _write_profile(sweep: Sweep, root: Path, spec_path: str, run: SweepResult | 
 
 
 def _save_profile(found: Profile, target: Path) -> None:
+    """``profile.json``, written whole or not at all (a full disk leaves no temporary file)."""
     temporary = target.with_name(f".tmp-{target.name}")
-    temporary.write_text(json.dumps(found.as_json(), allow_nan=False, default=_plain) + "\n")
-    temporary.replace(target)
+    try:
+        temporary.write_text(json.dumps(found.as_json(), allow_nan=False, default=_plain) + "\n")
+        temporary.replace(target)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def _device_kinds(root: Path) -> set[str]:
@@ -321,11 +326,38 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"ampsweep: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SweepStopped as stop:  # outside `run`, which says it itself: e.g. `pull` into a full disk
+        print(f"ampsweep: stopped: {stop}; resume with: ampsweep {shlex.join(argv)}", file=sys.stderr)
+        return stop.exit_code
     except BrokenPipeError:
         # `ampsweep plan spec.yaml | head`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if not is_out_of_space(exc):
+            raise
+        return _out_of_space(args, exc)
+
+
+def _out_of_space(args: argparse.Namespace, exc: OSError) -> int:
+    """A full disk outside the store (whose own writes stop with ``OutOfSpace``): the report, profile.json.
+
+    One line naming the file and the command that writes it again:
+    ``ampsweep report DIR`` for a report file, else the same command.
+    """
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    target = Path(exc.filename) if isinstance(exc.filename, str) else None
+    if target is not None:
+        what = f"could not write {target.parent.name}/{target.name} in {target.parent.parent}"
+    else:
+        what = f"could not write to {args.out}" if args.command == "run" else "could not write a file"
+    if target is not None and target.parent.name == "report":
+        again = "ampsweep report " + shlex.quote(str(target.parent.parent))
+    else:
+        again = "ampsweep " + shlex.join(args.argv)
+    print(f"ampsweep: stopped: {what}: {reason}; rerun with: {again}", file=sys.stderr, flush=True)
+    return OutOfSpace.exit_code
 
 
 if __name__ == "__main__":

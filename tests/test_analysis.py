@@ -259,15 +259,20 @@ def ranked(tmp_path: Path) -> analysis.SweepAnalysis:
 
 
 def test_ranking_order_on_constructed_case(ranked: analysis.SweepAnalysis) -> None:
-    order = list(ranked.ranking["config_id"].str.split(" ").str[:3].str.join(" "))
-    assert order == [
-        "O2 bl=[CustomNorm] clip=1.0",
-        "O2 bl=[] clip=0.1",
-        "O0 bl=[] clip=off",
-        "O1 bl=[] clip=off",
-        "O3 bl=[] clip=off",
-        "O2 bl=[Softmax] clip=off",
+    assert list(ranked.ranking["label"]) == [
+        "O2 · FP32: CustomNorm · clip 1.0",
+        "O2 · clip 0.1",
+        "FP32",
+        "O1 · no clip",
+        "O3 · no clip",
+        "O2 · FP32: Softmax · no clip",
     ]
+    # the stable key names every choice, in the same style
+    assert (
+        ranked.ranking["config_id"].iloc[0]
+        == "O2 float16 · FP32: CustomNorm · clip 1.0 · loss inside · on gpu"
+    )
+    assert ranked.ranking["config_id"].is_unique
     assert list(ranked.ranking["stability"]) == [
         "stable",
         "stable",
@@ -493,7 +498,6 @@ def test_the_report_draws_each_figure_once_and_failure_png_is_the_embedded_one(t
     """``ampsweep run`` draws while its profile runs; a figure drawn twice was most of a report's time."""
     import base64
 
-    from ampsweep.analysis.compute import _heatmap
     from ampsweep.analysis.render import _figures, _plot
 
     root = tmp_path / "unit-sweep"
@@ -507,7 +511,6 @@ def test_the_report_draws_each_figure_once_and_failure_png_is_the_embedded_one(t
         return real_png(fig)
 
     monkeypatch.setattr(_figures, "png", counted)
-    monkeypatch.setattr(_heatmap, "png", counted)
     images = _figures.report_figures(a)
     assert len(drawn) == sum(len(i) for i in images) > 0
     report = analysis.write_report(root, analysis=a, images=images)
@@ -518,7 +521,6 @@ def test_the_report_draws_each_figure_once_and_failure_png_is_the_embedded_one(t
 
     # one Agg draw gives the very file savefig (two draws, an RGBA PNG between) gave
     monkeypatch.setattr(_figures, "png", real_png)
-    monkeypatch.setattr(_heatmap, "png", real_png)
     monkeypatch.setattr(_plot, "_drawn", lambda fig: None)
     assert [i.png_base64 for i in _figures.report_figures(a)[0]] == [i.png_base64 for i in images[0]]
 
@@ -787,7 +789,8 @@ def test_equivalents_are_truncated(tmp_path: Path) -> None:
         )
     text = analysis.render_markdown(analysis.analyze(tmp_path))
     assert "equivalent configurations not counted twice: 7" in text
-    assert "dup0 (O0 bl=[L0]) = base" in text and "dup3" not in text and "and 4 more" in text
+    assert "dup0 (FP32 with black list L0) = base" in text
+    assert "dup3" not in text and "and 4 more" in text
 
 
 def test_dynamic_scale_window_matches_trainer() -> None:
@@ -965,4 +968,4 @@ def test_the_fp32_profile_a_run_wrote_is_a_report_section(tmp_path: Path) -> Non
 def test_diverged_trials_are_listed_with_their_clip(ranked: analysis.SweepAnalysis) -> None:
     text = analysis.render_markdown(ranked)
     listed = text[text.index("Diverged trials") :].split("\n\n")[1].splitlines()
-    assert listed and all(" clip=" in line and "first non-finite step" in line for line in listed)
+    assert listed and all(" · no clip · seed " in line and "first non-finite step" in line for line in listed)

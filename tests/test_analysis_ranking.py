@@ -313,5 +313,5 @@ def test_two_fp32_rows_under_different_loss_scaling_have_different_labels(tmp_pa
             write_trial(tmp_path, f"o2-{scale}-{seed}", loss=CURVE, loss_scale=scale, seed=seed)
     a = analysis.analyze(tmp_path)
     fp32 = a.ranking[a.ranking["amp_level"] == "O0"]
-    assert sorted(fp32["label"]) == ["FP32", "FP32 · scale dynamic"]
+    assert sorted(fp32["label"]) == ["FP32", "FP32 · loss scale dynamic"]
     assert a.ranking["label"].is_unique

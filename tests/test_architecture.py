@@ -151,3 +151,42 @@ def test_no_package_has_an_import_circle():
 def test_the_circle_finder_finds_a_circle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: inside analysis, the concept folders that each may not import (DESIGN.md: "arrows one way"):
+#: compute makes numbers and typed results, wording words them, render formats both
+ANALYSIS_MAY_NOT_IMPORT = {
+    "compute": {"wording", "render"},
+    "wording": {"render"},
+    "render": {"compute"},
+}
+
+
+def _analysis_folder(module: str) -> str | None:
+    """'compute' for ``ampsweep.analysis.compute._rank``; None for a module at the top of analysis."""
+    names = module.split(".")
+    return names[2] if names[:2] == ["ampsweep", "analysis"] and len(names) > 3 else None
+
+
+@pytest.mark.parametrize("folder", sorted(ANALYSIS_MAY_NOT_IMPORT))
+def test_analysis_arrows_point_one_way(folder):
+    """compute imports neither wording nor render; wording does not import render; render reads the model
+    and the words, never the code that computed them."""
+    graph = _graph()
+    modules = [m for m in graph if _analysis_folder(m) == folder]
+    assert modules, f"no module under analysis/{folder}"
+    for module in modules:
+        for target in graph[module]:
+            assert _analysis_folder(target) not in ANALYSIS_MAY_NOT_IMPORT[folder], (
+                f"{module} imports {target}"
+            )
+
+
+def test_the_analysis_arrow_check_sees_the_folders():
+    """The graph resolves ``from ..compute._anomalies import ...`` to the module in its folder, so an arrow
+    the wrong way (compute -> wording) would show up as one."""
+    graph = _graph()
+    assert "ampsweep.analysis.compute._anomalies" in graph["ampsweep.analysis.wording._labels"]
+    assert _analysis_folder("ampsweep.analysis.wording._labels") == "wording"
+    assert _analysis_folder("ampsweep.analysis._model") is None
+    assert _analysis_folder("ampsweep.analysis.compute") is None  # a package's __init__ sits above its folder

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from ampsweep.analysis._model import Localization
-from ampsweep.analysis.wording._next_sweep import diagnose, next_spec
+from ampsweep.analysis.compute._next_sweep import diagnose, next_spec
 
 
 def _scores(verdict: str, underflow: float, loss_scale: str = "none") -> pd.DataFrame:

@@ -32,6 +32,8 @@ PINNED = {
         ("final_loss", "double"),
         ("target_loss", "double"),
         ("equivalent_to", "string"),
+        ("copied_from", "string"),
+        ("copy_reason", "string"),
         ("error", "string"),
         ("traceback", "string"),
         ("wall_s", "double"),

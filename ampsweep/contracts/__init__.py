@@ -56,6 +56,21 @@ from ._loss_scale import (
     parse_loss_scale,
     static_scale_for,
 )
+from ._naming import (
+    NAME_SEPARATOR,
+    black_list_name,
+    black_list_value,
+    cast_name,
+    clip_name,
+    clip_value,
+    config_id,
+    config_name,
+    level_name,
+    loss_placement_name,
+    loss_scale_name,
+    name_of,
+    trial_name,
+)
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, locate_file, parse_reference
 from ._search import (
@@ -160,4 +175,17 @@ __all__ = [
     "partition_value",
     "trial_folder",
     "trial_row_path",
+    "NAME_SEPARATOR",
+    "black_list_name",
+    "black_list_value",
+    "cast_name",
+    "clip_name",
+    "clip_value",
+    "config_id",
+    "config_name",
+    "level_name",
+    "loss_placement_name",
+    "loss_scale_name",
+    "name_of",
+    "trial_name",
 ]

@@ -11,6 +11,7 @@ on (cell, class, phase, kind) are reported once.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,7 @@ def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str =
     if rows.empty:
         return []
     keyed = rows.assign(**{k: rows[k].map(_text) for k in _AGREE_ON})
-    out = []
+    out: list[Localization] = []
     for key, group in keyed.groupby(list(_AGREE_ON), sort=True, dropna=False):
         cell, cell_class, phase, kind = key
         group_seeds = tuple(sorted({seeds.get(t) for t in group["trial_id"]}, key=str))
@@ -95,6 +96,7 @@ def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str =
                 finite=_flag(group["finite"].iloc[0]) if "finite" in group else None,
             )
         )
+    out = [replace(loc, text=localization_phrase(loc)) for loc in out]
     return sorted(out, key=lambda loc: (-loc.n_trials, loc.cell))
 
 
@@ -103,15 +105,33 @@ def _dtype(text: str) -> str:
 
 
 def _num(value: float | None) -> str:
-    """'6.55e4', '310': three digits, no exponent padding."""
+    """'6.55e4', '310': three digits, no exponent padding; 'not recorded' when there is none."""
     if value is None:
-        return "?"
+        return "not recorded"
     return f"{value:.3g}".replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
 
 
+#: what the report says where the replay has no FP32 maximum to compare with
+NO_FP32_VALUE = "no FP32 value at that step"
+
+
+def fp32_words(value: float | None) -> str:
+    """'FP32 310', or 'no FP32 value at that step' (never a bare question mark)."""
+    return NO_FP32_VALUE if value is None else f"FP32 {_num(value)}"
+
+
+def versus_fp32(value: float | None) -> str:
+    """' vs FP32 310' after a maximum, or ' (no FP32 value at that step)'."""
+    return f" ({NO_FP32_VALUE})" if value is None else f" vs FP32 {_num(value)}"
+
+
+def seed_list(seeds: tuple[object, ...]) -> str:
+    """'0,1,2'; a seed that was not recorded is 'unknown'."""
+    return ",".join("unknown" if s is None else str(s) for s in seeds)
+
+
 def _seeds(seeds: tuple[object, ...]) -> str:
-    shown = ",".join("?" if s is None else str(s) for s in seeds)
-    return f"seed{'s' if len(seeds) != 1 else ''} {shown}"
+    return f"seed{'s' if len(seeds) != 1 else ''} {seed_list(seeds)}"
 
 
 #: A non-finite output whose finite part stays below this share of float16's
@@ -170,7 +190,7 @@ def inner_sentence(loc: Localization, where: str = "") -> str:
     inputs = "" if loc.input_max_abs is None else f", input max|x| {_num(loc.input_max_abs)}"
     return (
         f"the overflow happened inside {where}: its output went NaN while its finite values stayed at "
-        f"max|x| {_num(loc.max_abs)} (FP32 {_num(loc.fp32_max_abs)}{inputs})"
+        f"max|x| {_num(loc.max_abs)} ({fp32_words(loc.fp32_max_abs)}{inputs})"
     )
 
 
@@ -190,11 +210,11 @@ def localization_phrase(loc: Localization) -> str:
         evidence = inner_sentence(loc)
     elif lost_precision(loc):
         evidence = (
-            f"{_dtype(loc.output_dtype)} output finite but max|x| {_num(loc.max_abs)} vs FP32 "
-            f"{_num(loc.fp32_max_abs)}, the overflow follows from it"
+            f"{_dtype(loc.output_dtype)} output finite but max|x| {_num(loc.max_abs)}"
+            f"{versus_fp32(loc.fp32_max_abs)}, the overflow follows from it"
         )
     else:
-        evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)} vs FP32 {_num(loc.fp32_max_abs)}"
+        evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)}{versus_fp32(loc.fp32_max_abs)}"
     return f"{head}, {evidence}, {_seeds(loc.seeds)}"
 
 

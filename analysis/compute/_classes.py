@@ -60,11 +60,6 @@ def clip_class(clip: float, rate: float) -> int:
     return CLIP_TOO_SMALL
 
 
-def clip_text(clip: float) -> str:
-    """'1.0' rather than '1': reads as the threshold the user typed in the spec."""
-    return "off" if pd.isna(clip) else str(float(clip))
-
-
 def tier(row: pd.Series) -> tuple[int, str]:
     """The stability tier of a configuration row, from its verdict over seeds, and why it is silent.
 

@@ -9,6 +9,11 @@ Every per-seed score is also kept per seed (``per_seed``), because the
 ranking's tie rule compares configurations seed by seed. Anomaly rows
 (``anomalies`` table) become the configuration's localized Cells.
 
+Each row is named twice, in the one style of :mod:`ampsweep.contracts._naming`:
+``config_id`` spells every choice (the configuration's stable key, in
+ranking.csv and recommendation.json) and ``label`` only those that differ
+between the rows (what every output shows).
+
 Steps to target is a median in which a seed that never reached the target
 counts as infinitely slow: a configuration where most seeds never get there
 has no median (NaN) rather than the flattering median of its lucky seeds.
@@ -16,26 +21,33 @@ has no median (NaN) rather than the flattering median of its lucky seeds.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, Verdict, configuration_verdict, parse_loss_scale
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    NAME_SEPARATOR,
+    Verdict,
+    black_list_value,
+    config_id,
+    configuration_verdict,
+    loss_placement_name,
+    name_of,
+    parse_loss_scale,
+)
 
+from .._model import CONFIG_KEYS
 from ._anomalies import localizations
-from ._load import DEFAULT_LOSS_PLACEMENT
+
+__all__ = ["CONFIG_KEYS", "config_scores", "first_line", "varying"]
 
 #: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
 LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
 
-CONFIG_KEYS = (
-    "amp_level",
-    "black_list_key",
-    "clip",
-    "loss_scale",
-    "dtype",
-    "device_kind",
-    "loss_placement",
-)
 #: per-trial score columns kept per seed for the tie rule (``per_seed[figure][seed]``)
 PER_SEED_FIGURES = ("steps_to_target", "final", "speed_vs_fp32", "clip_rate")
 #: trial-score column -> prefix of its ``_median``/``_min``/``_max`` columns.
@@ -45,30 +57,48 @@ SPREAD_FIGURES = {
     "final": "final_loss",
     "speed_vs_fp32": "speed_vs_fp32",
 }
+#: the choices a configuration's ``label`` names only when they differ between the rows
+_MAY_VARY = ("dtype", "loss_placement", "device_kind")
 
 
-def trial_config_ids(frame: pd.DataFrame) -> list[str]:
-    """The configuration label of every row of a trials or scores frame."""
-    return [config_label(*key) for key in zip(*(frame[k] for k in CONFIG_KEYS))]
+def _config_id(config: Mapping[str, Any]) -> str:
+    """The configuration's stable key: its name with every part spelled (``ampsweep.contracts.config_id``)."""
+    return config_id(
+        config["amp_level"],
+        config["black_list"],
+        config["clip"],
+        config["loss_scale"],
+        config["dtype"],
+        config["loss_placement"],
+        config["device_kind"],
+    )
 
 
-def config_label(
-    amp_level: str,
-    black_list_key: str,
-    clip: float,
-    loss_scale: str,
-    dtype: str,
-    device_kind: str,
-    loss_placement: str = DEFAULT_LOSS_PLACEMENT,
-) -> str:
-    """One readable identifier, also the last-resort tie-breaker in the ranking.
+def _unique_ids(configs: list[dict[str, Any]]) -> list[str]:
+    """Each configuration's id. O0 rows that differ only in what O0 ignores (black list, dtype, loss
+    placement) share a name; where the planner found no equivalent to fold such a row into, its id also
+    says what it ran with."""
+    ids = [_config_id(c) for c in configs]
+    shared = {i for i, n in Counter(ids).items() if n > 1}
+    return [
+        f"{i}{NAME_SEPARATOR}as run: {c['dtype']}, black list {black_list_value(c['black_list'])}, "
+        f"{loss_placement_name(c['loss_placement'])}"
+        if i in shared
+        else i
+        for i, c in zip(ids, configs)
+    ]
 
-    The loss placement is named only when it is not the default, so labels of
-    sweeps that never varied it read as they always did.
-    """
-    clip_text = "off" if pd.isna(clip) else str(float(clip))
-    label = f"{amp_level} bl={black_list_key} clip={clip_text} ls={loss_scale} {dtype} {device_kind}"
-    return label if loss_placement == DEFAULT_LOSS_PLACEMENT else f"{label} loss={loss_placement}"
+
+def varying(ranking: pd.DataFrame) -> frozenset[str]:
+    """Which of dtype, loss placement and device kind differ between the ranking's rows."""
+    out = set()
+    for column in _MAY_VARY:
+        if column in ranking.columns and ranking[column].nunique(dropna=False) > 1:
+            out.add(column)
+    mixed = ranking[ranking["amp_level"] != FP32_LEVEL] if "amp_level" in ranking.columns else ranking
+    if "dtype" in out and len(mixed) and mixed["dtype"].nunique() == 1:
+        out.discard("dtype")  # O0 rows carry a dtype they never use
+    return frozenset(out)
 
 
 def _median_never_counts(values: np.ndarray) -> float:
@@ -162,11 +192,13 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
     reasons = ranked["verdict_reason"].to_numpy(dtype=object)
     black_lists = ranked["black_list"].to_numpy(dtype=object)
     rows = []
-    groups = ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True).indices
-    for key, idx in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        row = dict(zip(CONFIG_KEYS, key))
-        row["black_list"] = black_lists[idx[0]]
-        row["config_id"] = config_label(*key)
+    groups = sorted(
+        ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True).indices.items(), key=lambda kv: str(kv[0])
+    )
+    configs = [{**dict(zip(CONFIG_KEYS, key)), "black_list": black_lists[idx[0]]} for key, idx in groups]
+    for (_, idx), config, identity in zip(groups, configs, _unique_ids(configs)):
+        row = dict(config)
+        row["config_id"] = identity
         row["baseline"] = row["amp_level"] == FP32_LEVEL
         row["n_trials"] = len(idx)
         row["n_seeds"] = len(set(seeds[idx]))
@@ -207,4 +239,8 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    varies = varying(frame)
+    # the name a person reads: the optional parts only where they differ between the rows
+    frame["label"] = [name_of(r, varies) for r in frame.to_dict("records")]
+    return frame

@@ -3,8 +3,8 @@
 :data:`CRITERIA` is the only place the order is defined. The same list
 
 * sorts the configurations (:func:`order_paths`),
-* names the criterion that put a row below the one above it and the ones it
-  is tied on (:func:`placement`),
+* names the criterion that gave a row its rank below the one above it and
+  the ones it is tied on (:func:`rank_reason`),
 * orders each seed's own trials for the seed-agreement check, and
 * writes the "How the ranking is decided" text (:func:`rules_text`).
 
@@ -285,7 +285,7 @@ Path = tuple[Any, ...]
 
 
 def order_paths(rows: Sequence[Row], ctx: RankContext) -> list[Path]:
-    """Each row's position key, one entry per criterion; sorting by it is the ranking.
+    """Each row's sort key, one entry per criterion; sorting by it is the ranking.
 
     An exact criterion's entry is its value; a noisy one's is the index of the
     group the row falls in within its parent group (see the module docstring).
@@ -328,14 +328,14 @@ def ties_above_minimal(best: Row, smaller: Row, ctx: RankContext) -> bool:
     return True
 
 
-def adopt_position(paths: list[Path], best: int, smaller: int) -> None:
+def adopt_rank(paths: list[Path], best: int, smaller: int) -> None:
     """Put ``smaller`` into ``best``'s groups, so the fewer FP32 classes decide between them."""
     paths[smaller] = paths[best][:MINIMAL_LEVEL] + paths[smaller][MINIMAL_LEVEL:]
 
 
 @dataclass(frozen=True)
-class Placement:
-    """Why a row sits below the one above it."""
+class RankReason:
+    """Why a row's rank is below the one above it."""
 
     decided_by: str  # criterion name; "" for the first row
     tied_on: tuple[str, ...]  # noisy criteria whose medians differ but are tied
@@ -364,9 +364,9 @@ def _decided_text(crit: Criterion, row: Row, above: Row) -> str:
     return f"{crit.label}: {core} ({seeds})" if seeds else f"{crit.label}: {core}"
 
 
-def placement(
+def rank_reason(
     row: Row, above: Row, path: Path, above_path: Path, above_rank: int, ctx: RankContext
-) -> Placement:
+) -> RankReason:
     """The phrase column: tied with the row above or not, and on what."""
     tied_on: list[Criterion] = []
     not_deciding: list[Criterion] = []
@@ -392,9 +392,9 @@ def placement(
         parts.append(f"{where} on {_decided_text(decided, row, above)}")
     for crit in not_deciding:
         parts.append(f"{crit.label} {_pair(crit, row, above)[0]} (measured on CPU: shown, never decides)")
-    return Placement(decided.name, tuple(c.name for c in tied_on), scores_tied, "; ".join(parts))
+    return RankReason(decided.name, tuple(c.name for c in tied_on), scores_tied, "; ".join(parts))
 
 
-FIRST = Placement("", (), False, "ranked first")
+FIRST = RankReason("", (), False, "ranked first")
 #: the criteria that only order configurations tied on every score
 _AFTER_SCORES = ("n_black_listed", "loss_inside", "loss_scaling")

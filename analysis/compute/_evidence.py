@@ -7,56 +7,42 @@ ranked on their own by the same criteria, among the configurations stable on
 every seed); the next stable configuration and whether it is tied within seed
 noise; the Cell that overflows without the change (``anomalies``); and what
 the sweep could not decide. Everything is derived from the ranking table and
-the trial scores.
+the trial scores. The words a person reads first (``Recommendation.answer``)
+and the code to paste (``Recommendation.code``) are wording's: the analysis
+adds them to the recommendation built here (:mod:`analysis._analyze`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, black_list_value, clip_value, loss_scale_name
 
 from .._model import (
+    NEXT_SPEC_FILE,
     STATUS_NO_STABLE,
     STATUS_NO_TRIALS,
     STATUS_RECOMMENDED,
     Localization,
     Recommendation,
+    clean,
 )
-from ..wording._answer import answer_lines
-from ..wording._code import snippets
-from ..wording._next_sweep import NEXT_SPEC_FILE, diagnose
 from . import _classes as cls
 from ._classes import num
 from ._criteria import BY_NAME, RankContext
+from ._loss_placement import loss_placement_notes
 from ._neighbours import config_dict, neighbours, row_facts, summary
-from ._placement import placement_notes
+from ._next_sweep import diagnose
 from ._rank import clip_phrase, progress_phrase, runs, seed_picks
+
+__all__ = ["clean", "culprit", "describe", "fp32_row", "kind_recommendation", "next_steps"]
 
 #: With fewer seeds than this the report says how rare a divergence could hide.
 FEW_SEEDS = 5
 NO_STABLE_HEADLINE = "No mixed-precision configuration was stable on every seed and as good as FP32."
-
-
-def clean(value: Any) -> Any:
-    """JSON-ready: numpy scalars to Python, NaN and infinities to None, tuples to lists."""
-    if isinstance(value, dict):
-        return {str(k): clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, (np.bool_, bool)):
-        return bool(value)
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value) if math.isfinite(float(value)) else None
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return value
 
 
 def describe(row: pd.Series) -> str:
@@ -65,14 +51,16 @@ def describe(row: pd.Series) -> str:
     bits = [f"{level} in {row['dtype']}" if row["amp_level"] != FP32_LEVEL else level]
     if row["amp_level"] != FP32_LEVEL:
         bits.append(
-            f"keeping {', '.join(row['black_list'])} in float32"
+            f"keeping {black_list_value(row['black_list'])} in float32"
             if len(row["black_list"])
             else "with the default black list"
         )
     bits.append(
-        "no gradient clipping" if pd.isna(row["clip"]) else f"clip by global norm at {float(row['clip'])!r}"
+        "no gradient clipping"
+        if pd.isna(row["clip"])
+        else f"clip by global norm at {clip_value(row['clip'])}"
     )
-    bits.append(f"loss scaling: {row['loss_scale']}")
+    bits.append(loss_scale_name(row["loss_scale"]))
     return ", ".join(bits) + f" (on {row['device_kind'] or 'an unknown device kind'})"
 
 
@@ -122,7 +110,7 @@ def _fp32_comparison(best: pd.Series, fp32: pd.Series | None) -> tuple[dict[str,
         f"FP32 diverged or failed on {int(fp32['n_diverged'] + fp32['n_failed'])}/{int(fp32['n_trials'])}, "
         f"this configuration on {int(best['n_diverged'] + best['n_failed'])}/{int(best['n_trials'])}"
     )
-    text = f"against FP32 ({fp32['config_id']}): " + "; ".join(bits)
+    text = f"against {fp32['label']}: " + "; ".join(bits)
     facts = {
         **row_facts(fp32),
         "final_loss_delta": delta,
@@ -134,22 +122,36 @@ def _fp32_comparison(best: pd.Series, fp32: pd.Series | None) -> tuple[dict[str,
 
 
 def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] | None, list[str]]:
-    """The next stable mixed-precision row, and whether only seed noise or FP32 classes separate it."""
+    """The next stable mixed-precision row, and whether only seed noise or FP32 classes separate it.
+
+    The runner-up's facts say which criterion put it below (``decided_by``,
+    ``decided_by_label``), whether that criterion is a score measured per seed
+    (``decided_by_score``), and whether it is within seed noise of the
+    recommendation on a score (``within_noise``, ``tied_on``).
+    """
     stable = ranking[(ranking["tier"] == cls.TIER_STABLE) & (ranking["rank"] > best["rank"])]
     if stable.empty:
         return None, []
     other = stable.iloc[0]
     undecided = []
-    if int(other["rank"]) == int(best["rank"]) + 1 and (other["tied_on"] or other["tied_with_above"]):
-        tied = ", ".join(BY_NAME[n].label for n in str(other["tied_on"]).split(", ") if n) or "every score"
+    adjacent = int(other["rank"]) == int(best["rank"]) + 1
+    within_noise = bool(adjacent and (other["tied_on"] or other["tied_with_above"]))
+    tied = ", ".join(BY_NAME[n].label for n in str(other["tied_on"]).split(", ") if n) or "every score"
+    decided = BY_NAME.get(str(other["decided_by"])) if adjacent else None
+    if within_noise and decided is not None:
         undecided.append(
-            f"#{int(best['rank'])} and #{int(other['rank'])} ({other['config_id']}) are tied within seed noise "
-            f"on {tied}; #{int(best['rank'])} ranks first on {BY_NAME[other['decided_by']].label}"
+            f"#{int(best['rank'])} and #{int(other['rank'])} ({other['label']}) are tied within seed noise "
+            f"on {tied}; #{int(best['rank'])} ranks first on {decided.label}"
         )
     facts = {
         **row_facts(other),
         "rule": other["rule"],
-        "text": f"next stable configuration, #{int(other['rank'])} {other['config_id']}: {other['rule']}",
+        "within_noise": within_noise,
+        "tied_on": tied if within_noise else "",
+        "decided_by": "" if decided is None else decided.name,
+        "decided_by_label": "" if decided is None else decided.label,
+        "decided_by_score": bool(decided is not None and decided.noisy),
+        "text": f"next stable configuration, #{int(other['rank'])} {other['label']}: {other['rule']}",
     }
     return facts, undecided
 
@@ -250,8 +252,11 @@ def _agreement(
     agreeing = sum(p["agrees"] for p in picks)
     undecided = []
     others = [p for p in picks if not p["agrees"]]
+    labels = dict(zip(ranking["config_id"], ranking["label"]))
     if others:
-        shown = "; ".join(f"seed {p['seed']}: {p['config_id']}" for p in others[:3])
+        shown = "; ".join(
+            f"seed {p['seed']}: {labels.get(p['config_id'], p['config_id'])}" for p in others[:3]
+        )
         more = f" and {len(others) - 3} more" if len(others) > 3 else ""
         undecided.append(
             f"{len(others)} of {len(picks)} seeds rank another stable configuration first on their own "
@@ -261,7 +266,12 @@ def _agreement(
 
 
 def _recommended(
-    ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series, kind: str, ctx: RankContext, placement: bool
+    ranking: pd.DataFrame,
+    scores: pd.DataFrame,
+    best: pd.Series,
+    kind: str,
+    ctx: RankContext,
+    loss_placement_recorded: bool,
 ) -> Recommendation:
     fp32 = fp32_row(ranking, best)
     near, undecided = neighbours(ranking, best)
@@ -276,7 +286,8 @@ def _recommended(
     ]
     if total:
         statements.append(
-            f"{agreeing} of {total} seeds rank it first among the stable configurations on their own"
+            f"ranked by each seed's trials alone, it comes first among the stable configurations on {agreeing} "
+            f"of {total} seeds"
         )
     if runner is not None:
         statements.append(runner["text"])
@@ -309,10 +320,9 @@ def _recommended(
         seeds_total=total,
         seed_picks=clean(picks),
         undecided=undecided + close_call + seed_notes + _dimension_gaps(ranking, scores, best),
-        code=snippets(best),
         localization=culprit(ranking, best),
-        loss_placement=str(best["loss_placement"]) if placement else None,
-        notes=placement_notes(ranking, scores),
+        loss_placement=str(best["loss_placement"]) if loss_placement_recorded else None,
+        notes=loss_placement_notes(ranking, scores),
     )
 
 
@@ -331,11 +341,11 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
         closest = {
             **row_facts(top),
             "rule": top["rule"],
-            "text": f"closest: {top['config_id']}: {top['rule']}",
+            "text": f"closest: {top['label']}: {top['rule']}",
         }
         statements.append(closest["text"])
     if fp32 is not None:
-        statements.append(f"FP32 ({fp32['config_id']}): {summary(fp32)}")
+        statements.append(f"{fp32['label']}: {summary(fp32)}")
     cell = culprit(ranking, None)
     following = diagnose(scores, cell)
     return Recommendation(
@@ -356,19 +366,22 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
             else following.change,
             *next_steps(ranking, scores, cell),
         ],
-        code=None if fp32 is None else snippets(fp32),
         localization=cell,
         next_sweep=following,
     )
 
 
 def kind_recommendation(
-    ranking: pd.DataFrame, scores: pd.DataFrame, ctx: RankContext | None = None, placement: bool = False
+    ranking: pd.DataFrame,
+    scores: pd.DataFrame,
+    ctx: RankContext | None = None,
+    loss_placement_recorded: bool = False,
 ) -> Recommendation:
     """The recommendation for one device kind (``ranking`` and ``scores`` restricted to it).
 
-    ``placement``: whether the trials recorded ``loss_placement`` (then the
-    answer names it).
+    ``loss_placement_recorded``: whether the trials recorded ``loss_placement``
+    (then the recommendation names it). ``answer`` and ``code`` are left for
+    the wording to fill in (:mod:`analysis._analyze`).
     """
     kind = str(ranking["device_kind"].iloc[0]) if len(ranking) else ""
     if ranking.empty:
@@ -381,6 +394,5 @@ def kind_recommendation(
         rec = _no_stable(ranking, scores, kind)
     else:
         best = ranking[ranking["recommended"]].iloc[0]
-        rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), placement)
-    rec.answer = answer_lines(rec, ranking, len(scores), placement)
+        rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), loss_placement_recorded)
     return rec

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import clip_name, trial_name
+
 from .._model import (
     ClipLine,
     Curve,
@@ -107,7 +109,13 @@ def _trials_of(row: pd.Series) -> list[str]:
 
 
 def _label(row: pd.Series) -> str:
-    return f"#{int(row['rank'])} {row['config_id']}"
+    """'#1 O2 · FP32: CustomNorm · clip 1.0': the rank and the name every output uses."""
+    return f"#{int(row['rank'])} {row['label']}"
+
+
+def _clip_line(clip: float, rate: float) -> ClipLine:
+    fires = f": fires on {cls.pct(rate)} of steps" if np.isfinite(rate) else ""
+    return ClipLine(clip, rate, f"{clip_name(clip)}{fires}")
 
 
 def loss_data(sweep_dir: str | Path, ranking: pd.DataFrame) -> LossFigureData | None:
@@ -176,7 +184,9 @@ def grad_norm_data(sweep_dir: str | Path, ranking: pd.DataFrame) -> GradNormFigu
     thresholds = []
     for clip in sorted({float(c) for c in ranking["clip"].dropna()}):
         same = family[family["clip"] == clip]
-        thresholds.append(ClipLine(clip, float(same.iloc[0]["clip_rate_median"]) if len(same) else math.nan))
+        thresholds.append(
+            _clip_line(clip, float(same.iloc[0]["clip_rate_median"]) if len(same) else math.nan)
+        )
     return GradNormFigureData(curves=tuple(curves), thresholds=tuple(thresholds))
 
 
@@ -236,6 +246,7 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
         n_layers=len(peak),
         peak=float(values.max()) if len(values) else 1.0,
         positive_range=(float(positive.min()), float(positive.max())) if positive.size else None,
+        label=trial_name(trial, "unknown" if pd.isna(seed) else int(seed)),
     )
 
 
@@ -321,7 +332,7 @@ def failure_data(
     seed = trial["seed"]
     return FailureFigureData(
         trial_id=tid,
-        label=str(row.get("label") or row["config_id"]),
+        label=str(row["label"]),
         seed=None if pd.isna(seed) else int(seed),
         first_nonfinite=first,
         start_step=start,

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import clip_name, clip_value, name_of
+
 from . import _classes as cls
 from ._classes import num, pct
 from ._criteria import CRITERIA
-from ._load import black_list_label
 from ._rank import config_key, runs, unstable_phrase
 
 #: the number the report's rules give the clip-rate criterion (they are numbered in CRITERIA order)
@@ -104,7 +105,8 @@ def _clip_value(clip: float) -> float:
 
 
 def _clip_name(value: float) -> str:
-    return "off" if math.isinf(value) else repr(float(value))
+    """A ladder value (+inf = off) as every output writes a clip threshold."""
+    return clip_value(None if math.isinf(value) else value)
 
 
 def _clip_ladder(ranking: pd.DataFrame, best: pd.Series) -> list[float]:
@@ -174,8 +176,8 @@ def _clip_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[
         other = match(ranking, best, clip=math.nan if math.isinf(value) else value)
         if other is None:  # pragma: no cover - the ladder comes from the ranking itself
             continue
-        label = "without clipping" if math.isinf(value) else f"clip {_clip_name(value)}"
-        text = f"{label} instead of {_clip_name(here)}: {summary(other)}"
+        label = clip_name(None if math.isinf(value) else value)
+        text = f"{label} instead of {clip_name(None if math.isinf(here) else here)}: {summary(other)}"
         versus = _versus(best, other)
         if versus:
             text += f" ({versus})"
@@ -223,8 +225,8 @@ def _black_list_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list
                 }
             )
             undecided.append(
-                f"whether {name} needs float32 is undecided: {best['amp_level']} with black list "
-                f"{black_list_label(rest)} and otherwise the same settings was not tried"
+                f"whether {name} needs float32 is undecided: {name_of(config)} (the same configuration "
+                f"without {name} in FP32) was not tried"
             )
             continue
         text = f"{label}: {summary(other)}"

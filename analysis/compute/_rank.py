@@ -3,9 +3,15 @@
 The order, its tie rule and the rules text live in :mod:`analysis.compute._criteria`;
 this module classifies each configuration (stability tier, clip class), sorts
 by the criteria, makes the recommendation minimal, and writes each row's
-words: what the row is (``rule``'s first part) and why it sits below the row
-above it (``phrase``, with ``decided_by``, ``tied_on`` and
+words: what the row is (``rule``'s first part) and why its rank is below the
+row above it (``phrase``, with ``decided_by``, ``tied_on`` and
 ``tied_with_above``).
+
+**A broken configuration shows where it broke.** A configuration with a
+diverged seed has finite losses only *before* its NaN, so its "final loss"
+and "steps to target" read like a healthy run's: :func:`hide_broken_scores`
+blanks them before the order is decided, so no criterion and no renderer
+ever uses them.
 
 **Minimal by construction.** After sorting, the best stable configuration is
 checked class by class: when the same configuration without one of its FP32
@@ -16,23 +22,24 @@ fewer FP32 classes; repeated until no class can go.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .._model import Fp32Reference
-from ..wording._labels import hide_broken_scores, label_columns
+from ampsweep.contracts import clip_name, clip_value
+
+from .._model import CONFIG_KEYS, CONVERGENCE_COLUMNS, PER_SEED_CONVERGENCE, Fp32Reference
 from . import _classes as cls
 from ._anomalies import localizations_phrase
-from ._classes import clip_text, pct
-from ._configs import CONFIG_KEYS
-from ._criteria import FIRST, RankContext, adopt_position, order_paths, placement, ties_above_minimal
+from ._classes import pct
+from ._criteria import FIRST, RankContext, adopt_rank, order_paths, rank_reason, ties_above_minimal
 from ._load import black_list_label
 
-#: Columns ``rank_configs`` adds (besides the classification ones).
-PLACEMENT_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above")
+#: Columns ``rank_configs`` adds (besides the classification ones): why each row's rank is what it is.
+RANK_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above")
 
 
 def runs(row: Mapping[str, Any]) -> str:
@@ -45,7 +52,7 @@ def clip_phrase(row: Mapping[str, Any]) -> str:
     kind = row["clip_class"]
     if kind == cls.CLIP_OFF:
         return "no clipping"
-    head = f"clip {clip_text(row['clip'])}"
+    head = clip_name(row["clip"])
     if kind == cls.CLIP_UNKNOWN:
         return f"{head}: clip rate unknown (no finite steps recorded)"
     if kind == cls.CLIP_NEVER:
@@ -112,7 +119,7 @@ def _with_bad_clip(row: Mapping[str, Any], text: str) -> str:
 
 
 def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
-    """What a ranking row is, in one sentence (before its placement)."""
+    """What a ranking row is, in one sentence (before why it has its rank)."""
     tier = row["tier"]
     if tier == cls.TIER_UNSTABLE:
         return _with_bad_clip(row, unstable_phrase(row))
@@ -142,7 +149,7 @@ def config_key(row: Mapping[str, Any], black_list: tuple[str, ...] | None = None
         if key == "black_list_key":
             out.append(row[key] if black_list is None else black_list_label(black_list))
         elif key == "clip":
-            out.append(clip_text(row[key]))
+            out.append(clip_value(row[key]))
         else:
             out.append(row[key])
     return tuple(out)
@@ -164,10 +171,38 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
                 and records[smaller]["tier"] == cls.TIER_STABLE
                 and ties_above_minimal(records[best], records[smaller], ctx)
             ):
-                adopt_position(paths, best, smaller)
+                adopt_rank(paths, best, smaller)
                 break
         else:
             return paths
+
+
+def hide_broken_scores(ranking: pd.DataFrame) -> pd.DataFrame:
+    """Blank the convergence figures of every configuration with a diverged or failed seed.
+
+    Called before the order is decided: a broken row's losses before its NaN
+    never decide its rank (:data:`analysis.compute._criteria.CRITERIA` orders broken
+    rows by where they broke), and from here on it has no final loss or steps
+    to target anywhere (CSV, JSON, report), only ``broke_at``.
+    """
+    if ranking.empty or "tier" not in ranking.columns:
+        return ranking
+    broken = (ranking["tier"] == cls.TIER_UNSTABLE).to_numpy()
+    if not broken.any():
+        return ranking
+    out = ranking.copy()
+    for column in CONVERGENCE_COLUMNS:
+        if column in out.columns:
+            out.loc[broken, column] = math.nan
+    if "per_seed" in out.columns:
+        # the tie rule compares seeds: a broken row's per-seed losses must not decide either
+        out["per_seed"] = [
+            {k: ({} if k in PER_SEED_CONVERGENCE else v) for k, v in p.items()}
+            if bad and isinstance(p, dict)
+            else p
+            for p, bad in zip(out["per_seed"], broken)
+        ]
+    return out
 
 
 def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
@@ -182,7 +217,7 @@ def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
 
 
 def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tuple[pd.DataFrame, list[tuple]]:
-    """``frame`` sorted by the criteria, and each row's position key (same order)."""
+    """``frame`` sorted by the criteria, and each row's sort key (same order)."""
     records = frame.to_dict("records")
     paths = order_paths(records, ctx)
     if minimal:
@@ -204,7 +239,7 @@ def rank_configs(
     """
     ctx = ctx or RankContext()
     if configs.empty:
-        return label_columns(configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[]))
+        return configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[], label=[])
     frame, paths = ordered(hide_broken_scores(_classify(configs, reference)), ctx)
     frame["rank"] = np.arange(1, len(frame) + 1)
     any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
@@ -212,23 +247,24 @@ def rank_configs(
     if any_stable_mp:
         frame.loc[int(np.flatnonzero(frame["tier"] == cls.TIER_STABLE)[0]), "recommended"] = True
     records = frame.to_dict("records")
-    placements = [FIRST] + [
-        placement(records[i], records[i - 1], paths[i], paths[i - 1], i, ctx) for i in range(1, len(records))
+    reasons = [FIRST] + [
+        rank_reason(records[i], records[i - 1], paths[i], paths[i - 1], i, ctx)
+        for i in range(1, len(records))
     ]
-    frame["phrase"] = [p.phrase for p in placements]
-    frame["decided_by"] = [p.decided_by for p in placements]
-    frame["tied_on"] = [", ".join(p.tied_on) for p in placements]
-    frame["tied_with_above"] = [p.tied_with_above for p in placements]
+    frame["phrase"] = [r.phrase for r in reasons]
+    frame["decided_by"] = [r.decided_by for r in reasons]
+    frame["tied_on"] = [", ".join(r.tied_on) for r in reasons]
+    frame["tied_with_above"] = [r.tied_with_above for r in reasons]
     rules = []
-    for record, place in zip(records, placements):
+    for record, reason in zip(records, reasons):
         text = description(record, any_stable_mp)
-        if place is FIRST:
-            place_text = "ranked first" + (" (recommended)" if record["recommended"] else "")
+        if reason is FIRST:
+            rank_text = "ranked first" + (" (recommended)" if record["recommended"] else "")
         else:
-            place_text = place.phrase
-        rules.append(f"{text}; {place_text}")
+            rank_text = reason.phrase
+        rules.append(f"{text}; {rank_text}")
     frame["rule"] = rules
-    return label_columns(frame)
+    return frame
 
 
 def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:

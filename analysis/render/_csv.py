@@ -3,17 +3,20 @@
 A configuration with a diverged or failed seed has empty convergence columns
 (``steps_to_target_*``, ``final_loss_*``) and says where it broke in
 ``broke_at``: its losses before the NaN are not a converged run's.
+
+Formatting only: every column is the ranking's own (its words were added by
+:mod:`analysis.wording._labels`); the configuration is named by ``label`` (what
+every output shows) and keyed by ``config_id`` (every choice spelled out), both
+in the one style of :mod:`ampsweep.contracts._naming`.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..compute._anomalies import localizations_phrase
-from ..compute._configs import CONFIG_KEYS
-from ..wording._labels import CONVERGENCE_COLUMNS
+from .._model import CONFIG_KEYS, CONVERGENCE_COLUMNS
 
-#: Columns of ``ranking.csv``, in order: identity, verdict, evidence, placement, rule.
+#: Columns of ``ranking.csv``, in order: identity, verdict, evidence, rank, rule.
 RANKING_COLUMNS = (
     "rank",
     "recommended",
@@ -57,8 +60,4 @@ RANKING_COLUMNS = (
 
 def ranking_csv(ranking: pd.DataFrame) -> str:
     """The ranking as CSV text with a fixed column order."""
-    frame = ranking.copy()
-    if "localizations" in frame.columns:
-        frame["localized"] = [localizations_phrase(v) if v else "" for v in frame["localizations"]]
-    frame = frame.reindex(columns=list(RANKING_COLUMNS))
-    return frame.to_csv(index=False, lineterminator="\n")
+    return ranking.reindex(columns=list(RANKING_COLUMNS)).to_csv(index=False, lineterminator="\n")

@@ -17,12 +17,13 @@ text with ``$`` escaped, so a name cannot switch matplotlib into math mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .._model import (
+    DivergenceGrid,
     FailureFigureData,
     FigureData,
     GradNormFigureData,
@@ -30,8 +31,7 @@ from .._model import (
     LossFigureData,
     SweepAnalysis,
 )
-from ..compute import _classes as cls
-from ..compute._heatmap import divergence_map
+from ..wording._captions import HEATMAP_CAPTION
 from ._plot import FigureImage, new_figure, plot_text, png
 
 FLOAT16_MAX = 65504.0
@@ -101,9 +101,8 @@ def grad_norms(data: GradNormFigureData | None, key: str) -> FigureImage | None:
         colour = _GRAD_COLOURS[curve.slot % len(_GRAD_COLOURS)]
         ax.plot(curve.steps, curve.median, color=colour, lw=1.0, alpha=0.85, label=plot_text(curve.label))
     for i, line in enumerate(data.thresholds):
-        rate = f": fires on {cls.pct(line.rate)} of steps" if np.isfinite(line.rate) else ""
         colour = _CLIP_COLOURS[i % len(_CLIP_COLOURS)]
-        ax.axhline(line.clip, color=colour, ls="--", lw=1.2, label=f"clip {line.clip:g}{rate}")
+        ax.axhline(line.clip, color=colour, ls="--", lw=1.2, label=plot_text(line.label))
     thresholds = np.asarray([line.clip for line in data.thresholds])
     _log_axis(ax, [*(c.median for c in data.curves), thresholds])
     ax.set_xlabel("step")
@@ -167,11 +166,7 @@ def layer_maxima(data: LayerFigureData | None, key: str) -> FigureImage | None:
     _log_axis(ax, [np.asarray(data.positive_range if data.positive_range else (), dtype="float64")])
     ax.set_xlabel("step")
     ax.set_ylabel("max |gradient| per parameter")
-    clip = "off" if data.clip is None else f"{data.clip:g}"
-    title = (
-        f"Per-layer gradient maxima of diverged trial {data.trial_id} "
-        f"({data.amp_level} bl={data.black_list_key} clip={clip}, seed {data.seed})"
-    )
+    title = f"Per-layer gradient maxima of diverged trial {data.trial_id} ({data.label})"
     ax.set_title(plot_text(title), fontsize=10)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3, which="both")
@@ -276,6 +271,34 @@ def failure_figure(data: FailureFigureData | None, key: str) -> FigureImage | No
             )
         ),
         png_base64=png(fig),
+    )
+
+
+def divergence_map(grids: Sequence[DivergenceGrid], key: str) -> FigureImage | None:
+    """The divergence map's grids (:func:`analysis.compute._heatmap.divergence_grids`) as a heatmap."""
+    if not grids:
+        return None
+    n_rows = len(grids[0].rows)
+    fig = new_figure(width=min(4.2 * len(grids) + 1.5, 16), height=max(2.2, 0.45 * n_rows + 1.6))
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    from matplotlib import colormaps
+
+    cmap = colormaps["RdYlGn_r"].with_extremes(bad="#dddddd")
+    image = None
+    for ax, grid in zip(axes, grids):
+        image = ax.imshow(np.ma.masked_invalid(grid.rates), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+        for i, row in enumerate(grid.cells):
+            for j, text in enumerate(row):
+                ax.text(j, i, text, ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(grid.columns)), list(grid.columns))
+        ax.set_yticks(range(len(grid.rows)), [plot_text(r) for r in grid.rows], fontsize=8)
+        ax.set_xlabel("clip threshold")
+        ax.set_title(plot_text(grid.title), fontsize=9)
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), label="diverged or failed / trials", shrink=0.9)
+    fig.suptitle("Divergence by AMP level, black list and clip threshold", fontsize=11)
+    return FigureImage(
+        key=f"divergence-{key}", title="Divergence map", caption=HEATMAP_CAPTION, png_base64=png(fig)
     )
 
 

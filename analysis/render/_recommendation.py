@@ -30,7 +30,8 @@ Schema ``ampsweep.recommendation/1``::
       "device_kind": str,
       "status": "recommended" | "no_stable_config" | "no_trials",
       "config": Config | null,            # null unless status is "recommended"
-      "config_id": str | null,            # e.g. "O2 bl=[CustomNorm] clip=5.0 ls=none float16 cpu"
+      "config_id": str | null,            # the stable key, every choice named (ampsweep.contracts.config_id):
+                                          #   "O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · on cpu"
       "text": str,                        # the recommendation (or its absence) in one sentence
       "rank": int | null,                 # recommended only: its row in this kind's ranking
       "rule": str | null,                 # recommended only: why it ranks where it does
@@ -85,13 +86,18 @@ Schema ``ampsweep.recommendation/1``::
                             "label": str, "tried": bool,
                             "same_class": bool | null,   # same stability tier and clip class
                             "text": str}],           # untried neighbours carry only config/label/text
-      "runner_up": Row & {"rule": str, "text": str} | null,   # next stable mixed-precision config
+      "runner_up": Row & {"rule": str, "text": str,            # next stable mixed-precision config
+                          "within_noise": bool,              # tied with the recommendation within seed noise
+                          "tied_on": str,                    # the scores it is tied on ("" if not within noise)
+                          "decided_by": str, "decided_by_label": str,   # the criterion that ranks it second
+                          "decided_by_score": bool} | null,  # that criterion is a score measured per seed
       "statements": [str]                 # the evidence as sentences, as report.md prints them
     }
     Evidence (no_stable_config) = {"closest": Row & {"rule", "text"} | null, "fp32": Row | null,
                                    "statements": [str]}
 
-    Row = {"config_id": str, "label": str,   # label: "FP32" for O0, "O2 · FP32: ExpSoftmax · clip 1.0"
+    Row = {"config_id": str, "label": str,   # label: the name every output shows, "FP32" for O0,
+                                             #   "O2 · FP32: ExpSoftmax · clip 1.0"
            "config": Config, "rank": int, "stability": str, "clip_label": str,
            "n_trials", "n_seeds", "n_diverged", "n_failed": int,
            "first_nonfinite_step_median", "clip_rate_median", "steps_to_target_median",
@@ -106,10 +112,15 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from .._model import STATUS_NO_STABLE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, Recommendation, SweepAnalysis
-from ..compute._anomalies import localization_phrase
-from ..compute._evidence import clean
-from ..wording._next_sweep import NEXT_SPEC_FILE
+from .._model import (
+    NEXT_SPEC_FILE,
+    STATUS_NO_STABLE,
+    STATUS_NO_TRIALS,
+    STATUS_RECOMMENDED,
+    Recommendation,
+    SweepAnalysis,
+    clean,
+)
 
 SCHEMA = "ampsweep.recommendation/1"
 STATUS_PARTIAL = "partial"
@@ -118,9 +129,7 @@ _MIRRORED = ("config", "evidence", "seeds_agreeing", "seeds_total", "undecided",
 
 def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
     """One ``recommendations[]`` entry, derived from the dataclass (keys in schema order)."""
-    loc = None
-    if rec.localization is not None:
-        loc = {**asdict(rec.localization), "text": localization_phrase(rec.localization)}
+    loc = None if rec.localization is None else asdict(rec.localization)
     return clean(
         {
             "device_kind": rec.device_kind,

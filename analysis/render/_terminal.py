@@ -4,10 +4,11 @@ A person reads the first lines of a terminal and nothing below the fold, so
 the output opens with the recommendation's answer lines (the change, why,
 how sure: ``Recommendation.answer``) and the path of report.html, and only
 then shows the top of the ranking. The table has the few columns a choice
-needs, each cell short (the honest labels of :mod:`analysis.wording._labels`: "FP32"
-for O0 rows, "NaN at ~1,367" in place of a broken row's convergence figures,
-"clip out of band" rather than the whole rule); the long rules stay in the
-files. Every line fits the width it is rendered for: the terminal's when
+needs, each cell short (the configuration's name from
+:mod:`ampsweep.contracts._naming`, "FP32" for O0 rows; the honest words of
+:mod:`analysis.wording._labels`: "NaN at ~1,367" in place of a broken row's
+convergence figures, "clip out of band" rather than the whole rule); the long
+rules stay in the files. Every line fits the width it is rendered for: the terminal's when
 stdout is one, else :data:`PIPE_WIDTH` (a log, a pipe, tmux capture).
 
 Formatting only: the rows come from the analysis in hand, nothing is read.
@@ -25,37 +26,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import pandas as pd
 
-from .._model import SweepAnalysis
-from ..compute._configs import CONFIG_KEYS
-from ..wording._next_sweep import NEXT_SPEC_FILE
+from .._model import NEXT_SPEC_FILE, TOP_COLUMNS, SweepAnalysis, top_rows
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+__all__ = ["HEADERS", "TOP_COLUMNS", "render_terminal", "terminal_table", "top_rows"]
 
 #: Width when stdout is not a terminal (a log file, a pipe).
 PIPE_WIDTH = 100
 #: Narrowest width the layout is made for; a narrower terminal still gets lines that fit.
 MIN_WIDTH = 80
-#: What :func:`top_rows` keeps: enough to choose, the rest is in the CSV.
-TOP_COLUMNS = (
-    "rank",
-    "stability",
-    *CONFIG_KEYS,
-    "n_seeds",
-    "n_trials",
-    "divergence_rate",
-    "clip_rate_median",
-    "steps_to_target_median",
-    "final_loss_median",
-    "speed_vs_fp32_median",
-    "label",
-    "outcome_text",
-    "broke_at",
-    "reason",
-    "phrase",
-    "tied_with_above",
-    "rule",
-)
 HEADERS = ("#", "configuration", "seeds", "clip", "to target", "final loss", "why here")
 
 
@@ -67,17 +48,6 @@ def terminal_width(stream: TextIO | None = None) -> int:
     except (AttributeError, ValueError):
         tty = False
     return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if tty else PIPE_WIDTH
-
-
-def top_rows(ranking: pd.DataFrame, n: int = 5) -> pd.DataFrame:
-    """The first ``n`` ranked configurations (per device kind), with the columns a terminal table needs."""
-    columns = [c for c in TOP_COLUMNS if c in ranking.columns]
-    if "device_kind" in ranking.columns and ranking["device_kind"].nunique() > 1:
-        # each device kind is ranked on its own: its first n rows, kind after kind
-        ranking = ranking.groupby("device_kind", sort=False).head(n)
-    else:
-        ranking = ranking.head(n)
-    return ranking.loc[:, columns].reset_index(drop=True)
 
 
 def _fmt(value: Any, pattern: str) -> str:

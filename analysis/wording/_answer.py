@@ -11,7 +11,9 @@ the link to report.html).
 2. why: the localized Cell in a sentence that says what happened to it
    (an overflow at its output, or inside it, e.g. the ``exp`` before a
    division), and where;
-3. how sure: seeds that agree, trials behind it.
+3. how sure: what was measured, in plain words: how many seeds it was stable
+   on, whether the runner-up is within seed noise of it (then either works),
+   and how many of the other configurations broke.
 """
 
 from __future__ import annotations
@@ -20,16 +22,23 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, black_list_value, clip_name, loss_scale_name
 
-from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
+from .._model import NEXT_SPEC_FILE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
 from ..compute import _classes as cls
-from ..compute._anomalies import _dtype, _num, inner_sentence, lost_precision, overflowed_inside
-from ._next_sweep import NEXT_SPEC_FILE
+from ..compute._anomalies import (
+    _dtype,
+    _num,
+    fp32_words,
+    inner_sentence,
+    lost_precision,
+    overflowed_inside,
+    seed_list,
+)
 
 
-def change_text(config: dict[str, Any], placement: bool = False) -> str:
-    """'Use O2, keep ExpSoftmax in FP32, clip 1.0'."""
+def change_text(config: dict[str, Any], loss_placement_recorded: bool = False) -> str:
+    """'Use O2, keep ExpSoftmax in FP32, clip 1.0': the change in the words of the configuration's name."""
     level = str(config["amp_level"])
     if level == FP32_LEVEL:
         head = "Keep FP32 (O0)"
@@ -38,12 +47,11 @@ def change_text(config: dict[str, Any], placement: bool = False) -> str:
     parts = [head]
     black_list = list(config.get("black_list") or [])
     if black_list and level != FP32_LEVEL:
-        parts.append(f"keep {', '.join(black_list)} in FP32")
-    clip = config.get("clip")
-    parts.append("no clipping" if clip is None or pd.isna(clip) else f"clip {float(clip)!r}")
+        parts.append(f"keep {black_list_value(black_list)} in FP32")
+    parts.append(clip_name(config.get("clip")))
     if str(config.get("loss_scale", "none")) not in ("none", ""):
-        parts.append(f"loss scale {config['loss_scale']}")
-    if placement and config.get("loss_placement") == "inside":
+        parts.append(loss_scale_name(config["loss_scale"]))
+    if loss_placement_recorded and config.get("loss_placement") == "inside":
         parts.append("loss inside the cast")
     return ", ".join(parts)
 
@@ -53,9 +61,8 @@ def _who(loc: Localization) -> str:
 
 
 def _where(loc: Localization) -> str:
-    seeds = ",".join("?" if s is None else str(s) for s in loc.seeds)
     step = "" if loc.replay_step is None else f"step ~{loc.replay_step:,.0f}, "
-    return f"; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seeds}"
+    return f"; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seed_list(loc.seeds)}"
 
 
 def what_happened(loc: Localization) -> str:
@@ -68,19 +75,19 @@ def what_happened(loc: Localization) -> str:
             return f"{inner_sentence(loc)}, in `{loc.cell}`{_where(loc)}"
         return f"{inner_sentence(loc, _who(loc))}{_where(loc)}"
     if lost_precision(loc):
+        fp32 = "" if loc.fp32_max_abs is None else f" where FP32's is {_num(loc.fp32_max_abs)}"
         return (
             f"{_who(loc)} loses precision in {dtype} in the forward pass: its output stays finite but reaches "
-            f"max|x| {_num(loc.max_abs)} where FP32's is {_num(loc.fp32_max_abs)}, and the overflow follows "
-            f"from it{_where(loc)}"
+            f"max|x| {_num(loc.max_abs)}{fp32}, and the overflow follows from it{_where(loc)}"
         )
     if loc.phase == "backward":
         return (
             f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}, "
-            f"FP32 {_num(loc.fp32_max_abs)}){_where(loc)}"
+            f"{fp32_words(loc.fp32_max_abs)}){_where(loc)}"
         )
     return (
-        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}, FP32 "
-        f"{_num(loc.fp32_max_abs)}){_where(loc)}"
+        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}, "
+        f"{fp32_words(loc.fp32_max_abs)}){_where(loc)}"
     )
 
 
@@ -95,8 +102,30 @@ def cause_text(rec: Recommendation) -> str:
     return f"Where it breaks: {text}."
 
 
+def _runner_up_text(rec: Recommendation) -> str:
+    """How far the next stable configuration is behind the recommendation, in plain words."""
+    other = rec.evidence.get("runner_up")
+    if not other:
+        return "no other mixed-precision configuration was stable on every seed"
+    name = f"the runner-up (#{other['rank']})" if other.get("rank") is not None else "the runner-up"
+    if other.get("within_noise"):
+        return f"{name} is within seed noise of it, so either works"
+    criterion = other.get("decided_by_label")
+    if not criterion:
+        return f"{name} ranks below it"
+    beyond = "beyond seed noise " if other.get("decided_by_score") else ""
+    return f"{name} ranks below it {beyond}on {criterion}"
+
+
 def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -> str:
-    """'How sure: stable on 3/3 seeds, 3/3 seeds rank it first; 24 of 36 configurations broke (108 trials).'"""
+    """'How sure: stable on 3/3 seeds; the runner-up (#2) is within seed noise of it, so either works; 2/6
+    mixed-precision configurations broke (36 trials).'
+
+    It says what was measured: the seeds the answer was stable on, how far the
+    runner-up is behind it (within seed noise or not; which criterion, when
+    not), and what broke. Whether each seed alone ranks it first is evidence,
+    not doubt about the fix: it is in the evidence and "could not decide" lists.
+    """
     mixed = ranking[ranking["amp_level"] != FP32_LEVEL] if len(ranking) else ranking
     broke = int((mixed["tier"].isin((cls.TIER_UNSTABLE, cls.TIER_SILENT))).sum()) if len(mixed) else 0
     tail = f"{broke}/{len(mixed)} mixed-precision configurations broke ({n_trials} trials)"
@@ -105,18 +134,17 @@ def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -
     evidence = rec.evidence
     n = int(evidence.get("n_trials") or 0)
     runs = "seeds" if evidence.get("n_seeds") == n else "trials"
-    agree = f", {rec.seeds_agreeing}/{rec.seeds_total} seeds rank it first" if rec.seeds_total else ""
-    return f"How sure: stable on {n}/{n} {runs}{agree}; {tail}."
+    return f"How sure: stable on {n}/{n} {runs}; {_runner_up_text(rec)}; {tail}."
 
 
 def answer_lines(
-    rec: Recommendation, ranking: pd.DataFrame, n_trials: int, placement: bool
+    rec: Recommendation, ranking: pd.DataFrame, n_trials: int, loss_placement_recorded: bool
 ) -> tuple[str, ...]:
     """The one to three lines every output opens with (the change, why, how sure)."""
     if rec.status == STATUS_NO_TRIALS:
         return (rec.headline,)
     if rec.status == STATUS_RECOMMENDED and rec.config:
-        first = change_text(rec.config, placement) + "."
+        first = change_text(rec.config, loss_placement_recorded) + "."
         why = cause_text(rec)
     elif rec.next_sweep is not None:
         # no answer, but the evidence says what the grid lacked: that is the change to make next

@@ -37,6 +37,8 @@ import pandas as pd
 
 from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL
 
+from .._model import Recommendation
+
 _DYNAMIC_DEFAULT = "2**16"
 _EPS = "1e-6"
 
@@ -94,7 +96,7 @@ def _config(row: Mapping[str, Any] | pd.Series) -> tuple[str, tuple[str, ...], f
     )
 
 
-def _placement(row: Mapping[str, Any] | pd.Series) -> str:
+def _loss_placement(row: Mapping[str, Any] | pd.Series) -> str:
     value = row.get("loss_placement", "inside") if hasattr(row, "get") else "inside"
     return "outside" if value == "outside" else "inside"
 
@@ -130,7 +132,7 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     ``row`` needs amp_level, black_list, clip, loss_scale and dtype.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
-    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype, _placement(row))]
+    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype, _loss_placement(row))]
     if scaler:
         lines.append(f"loss_scaler = {scaler}")
     if clip is not None:
@@ -181,7 +183,7 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     enough; otherwise a subclass does the step the sweep did.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
-    placement = _placement(row)
+    placement = _loss_placement(row)
     cast = _cast_block(amp_level, black_list, dtype, placement)
     lines = [*_HEADER, "from mindspore.train import Model", ""]
     if scaler is None and clip is None and placement == "outside":
@@ -261,3 +263,9 @@ def mindspore_snippet(row: Mapping[str, Any] | pd.Series) -> str:
 def snippets(row: Mapping[str, Any] | pd.Series) -> dict[str, str]:
     """Both forms, keyed as in ``recommendation.json``'s ``code`` object."""
     return {"train_step": train_step_snippet(row), "model": model_snippet(row)}
+
+
+def recommendation_code(rec: Recommendation) -> dict[str, str] | None:
+    """The code of a recommendation: its configuration's, or the FP32 fallback's when none is stable."""
+    config = rec.config if rec.config else (rec.fallback or {}).get("config")
+    return None if config is None else snippets(config)

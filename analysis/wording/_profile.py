@@ -3,37 +3,19 @@
 ``ampsweep run`` profiles one FP32 run of the workload after the trials
 (``ampsweep profile``'s measurement); the report shows which Cells come near
 float16's range, which gradients fall below it, and the loss scale that
-implies. Read here as plain JSON, so the analysis still imports neither
-MindSpore nor Ray.
+implies. The file is read with the rest of the sweep
+(:func:`analysis.compute._side_files.read_profile`); here it is only laid out.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any
 
-from ampsweep.contracts import PROFILE_FILE
-
-from ..compute._load import resolve
 from ._blocks import Bullets, Paragraph, Section, Table
 
 #: Cells the report lists: every one at risk, and the largest others up to this many in all.
 SHOWN = 8
-
-
-def read_profile(sweep_dir: str | Path) -> dict[str, Any] | None:
-    """The sweep's ``profile.json``, or None (none written, or unreadable)."""
-    loc = resolve(sweep_dir)
-    if not loc.exists(PROFILE_FILE):
-        return None
-    try:
-        with loc.fs.open_input_stream(loc.join(PROFILE_FILE)) as stream:
-            found = json.loads(stream.read())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) and isinstance(found.get("cells"), list) else None
 
 
 def _number(value: object) -> str:

@@ -1,17 +1,24 @@
 """The path an adaptive search took (``search.json``), as a report section.
 
-The search itself runs in the driver; here its log is only read and laid
-out: one table row per round, then what it concluded and whether the
+The search itself runs in the driver, and its log is read with the rest of
+the sweep (:func:`analysis.compute._side_files.read_search`); here it is only
+laid out: one table row per round, then what it concluded and whether the
 confirmation on more seeds and more steps held.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from ampsweep.contracts import (
+    NAME_SEPARATOR,
+    SearchFamily,
+    SearchLog,
+    black_list_value,
+    clip_value,
+    level_name,
+    loss_placement_name,
+    loss_scale_name,
+)
 
-from ampsweep.contracts import SEARCH_FILE, SearchFamily, SearchLog, decode_search
-
-from ..compute._load import resolve
 from ._blocks import Bullets, Paragraph, Section, Table
 
 SEARCH_HEADERS = (
@@ -25,22 +32,6 @@ SEARCH_HEADERS = (
 )
 
 
-def read_search(sweep_dir: str | Path) -> SearchLog | None:
-    """The search log of a sweep folder, or None (a grid sweep, or an unreadable file)."""
-    loc = resolve(sweep_dir)
-    if not loc.exists(SEARCH_FILE):
-        return None
-    try:
-        with loc.fs.open_input_stream(loc.join(SEARCH_FILE)) as stream:
-            return decode_search(stream.read())
-    except (ValueError, OSError):
-        return None
-
-
-def _clip(value: float | None) -> str:
-    return "off" if value is None else f"{value:g}"
-
-
 def _family_table(family: SearchFamily) -> Table:
     rows = []
     for probe in family.rounds:
@@ -49,8 +40,8 @@ def _family_table(family: SearchFamily) -> Table:
             (
                 str(probe.round),
                 probe.phase,
-                "[" + ", ".join(probe.black_list) + "]",
-                _clip(probe.clip),
+                black_list_value(probe.black_list),
+                clip_value(probe.clip),
                 outcomes,
                 "; ".join(dict.fromkeys(str(cell) for cell in probe.localized)) or "-",
                 probe.decision or "-",
@@ -63,7 +54,14 @@ def search_section(log: SearchLog) -> Section:
     """'How the answer was found': the rounds, the minimal set, the confirmation, the cost."""
     section = Section("How the answer was found (search: adaptive)")
     for family in log.families:
-        head = f"{family.amp_level}, {family.dtype}, loss scale {family.loss_scale}, loss {family.loss_placement}: "
+        head = NAME_SEPARATOR.join(
+            (
+                level_name(family.amp_level, family.dtype, spell_dtype=True),
+                loss_scale_name(family.loss_scale),
+                loss_placement_name(family.loss_placement),
+            )
+        )
+        head += ": "
         section.blocks.append(Paragraph(head + (family.conclusion or "not finished"), lead="Search"))
         section.blocks.append(_family_table(family))
         if family.confirmed is not None:

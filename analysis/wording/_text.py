@@ -11,16 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import PREFIX_SNAPSHOT
+from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, black_list_value, config_name, trial_name
 
-from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, Recommendation, SweepAnalysis
-from ..compute._anomalies import localization_phrase
-from ..compute._classes import clip_text
+from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, SweepAnalysis
 from ..compute._configs import first_line
 from ..compute._criteria import TIE_RULE, rules_text
-from ..compute._heatmap import HEATMAP_CAPTION, divergence_grids
+from ..compute._heatmap import divergence_grids
 from ..compute._steps import SPIKE_FACTOR, SPIKE_WINDOW
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
+from ._captions import FAILURE_CAPTION, HEATMAP_CAPTION
 from ._profile import profile_section
 from ._search import search_section
 
@@ -93,12 +92,20 @@ def divergence_tables(ranking: pd.DataFrame) -> Table | None:
 EQUIVALENT_EXAMPLES = 3
 
 
+def _as_run(row: dict) -> str:
+    """An equivalent trial's name, with the black list it carried where its name leaves it out (under O0)."""
+    name = config_name(row["amp_level"], row["black_list"], row["clip"], row["loss_scale"], row["dtype"])
+    if row["amp_level"] == FP32_LEVEL and len(row["black_list"]):
+        name += f" with black list {black_list_value(row['black_list'])}"
+    return name
+
+
 def equivalents_summary(scores: pd.DataFrame) -> tuple[int, list[str]]:
     """How many trials were not counted twice, and a few of them as examples."""
     dup = scores[~scores["ranked"]]
     examples = [
-        f"{row.trial_id} ({row.amp_level} bl={row.black_list_key}) = {row.equivalent_to}"
-        for row in dup.head(EQUIVALENT_EXAMPLES).itertuples(index=False)
+        f"{row['trial_id']} ({_as_run(row)}) = {row['equivalent_to']}"
+        for row in dup.head(EQUIVALENT_EXAMPLES).to_dict("records")
     ]
     return len(dup), examples
 
@@ -205,13 +212,16 @@ def counts_items(a: SweepAnalysis) -> list[str]:
     return items
 
 
-def _localized(rec: Recommendation) -> Paragraph | None:
+def _localized(kind: KindAnalysis) -> Paragraph | None:
+    rec = kind.recommendation
     loc = rec.localization
     if loc is None:
         return None
-    text = localization_phrase(loc)
+    text = loc.text
     if loc.config_id:
-        text += f" (in {loc.config_id})"
+        # the configuration it was seen in, by the name the ranking shows it under
+        names = dict(zip(kind.ranking["config_id"], kind.ranking["label"])) if len(kind.ranking) else {}
+        text += f" (in {names.get(loc.config_id, loc.config_id)})"
     if rec.config and loc.cell_class in rec.config["black_list"]:
         text += f"; this change keeps {loc.cell_class} in float32"
     return Paragraph(text, lead="Localized layer:")
@@ -219,10 +229,6 @@ def _localized(rec: Recommendation) -> Paragraph | None:
 
 #: figures placed in the answer section; the "Figures" section shows the rest
 PLACED_FIGURES = ("divergence", "failure")
-FAILURE_CAPTION = (
-    "The failure: loss and global gradient norm of the top broken configuration around its first non-finite "
-    "step, with FP32 from the same start, and the localized Cell's largest |x| against 65504."
-)
 
 
 def failure_file(index: int) -> str:
@@ -260,7 +266,7 @@ def _answer(kind: KindAnalysis, index: int, suffix: str) -> Section:
         section.blocks.append(Paragraph(rec.headline, lead="In full:"))
     else:
         section.blocks.append(Paragraph(rec.detail, lead=rec.headline))
-    for block in (_localized(rec),):
+    for block in (_localized(kind),):
         if block is not None:
             section.blocks.append(block)
     if rec.loss_placement:
@@ -296,23 +302,26 @@ def _evidence(kind: KindAnalysis, suffix: str) -> list[Section]:
     return out
 
 
+def _trial(row: dict) -> str:
+    """A trial as the failures list names it: 'O2 · no clip · seed 0'."""
+    return trial_name(row, "unknown" if pd.isna(row["seed"]) else int(row["seed"]))
+
+
 def _failures(a: SweepAnalysis) -> Section:
     scores = a.scores
     failed = scores[scores["outcome"] == "failed"]
     diverged = scores[scores["outcome"] == "diverged"]
     section = Section("Failures")
     items = [
-        f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} clip={clip_text(row.clip)} seed {row.seed}: "
-        f"`{first_line(row.error) or 'no error message recorded'}`"
-        for row in failed.itertuples(index=False)
+        f"`{row['trial_id']}` {_trial(row)}: `{first_line(row['error']) or 'no error message recorded'}`"
+        for row in failed.to_dict("records")
     ]
     section.blocks.append(Bullets(tuple(items)) if items else Paragraph("No trial failed with an exception."))
     if len(diverged):
         rows = [
-            f"`{row.trial_id}` {row.amp_level} bl={row.black_list_key} clip={clip_text(row.clip)} seed {row.seed}: "
-            "first non-finite step "
-            + ("-" if pd.isna(row.first_nonfinite) else str(int(row.first_nonfinite)))
-            for row in diverged.head(50).itertuples(index=False)
+            f"`{row['trial_id']}` {_trial(row)}: first non-finite step "
+            + ("-" if pd.isna(row["first_nonfinite"]) else str(int(row["first_nonfinite"])))
+            for row in diverged.head(50).to_dict("records")
         ]
         if len(diverged) > 50:
             rows.append(f"... and {len(diverged) - 50} more (see `trials/`)")

@@ -18,7 +18,7 @@ from ampsweep.jobs import (
     resolve_reference,
 )
 
-from .._errors import SpecError
+from .._errors import SpecError, SpecFailed
 from ._spec import SweepSpec
 from ._start import Starts
 
@@ -51,12 +51,14 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     try:
         workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
     except WorkloadError as exc:
-        raise SpecError("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+        # an import that raised or a missing factory says what happened; a refused reference, what is allowed
+        error = SpecFailed if exc.failed else SpecError
+        raise error("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
     except TypeError as exc:
         raise SpecError("workload_args", spec.workload_args, f"the factory rejected them ({exc})") from None
     except Exception as exc:  # the user's factory itself raised
-        raise SpecError(
-            "workload", spec.workload, f"calling it failed: {type(exc).__name__}: {exc}"
+        raise SpecFailed(
+            "workload", spec.workload, f"calling {spec.workload!r} failed: {type(exc).__name__}: {exc}"
         ) from None
     cells = [workload.network, workload.loss_fn]
     known = known_layer_types(cells)

@@ -6,7 +6,10 @@ second ``run`` refuses while the holder is alive. A lock is stale — and is
 taken over, so a killed driver never blocks its own resume — when its process
 is gone (same host) or its heartbeat is older than ``STALE_AFTER_S`` (another
 host, where the pid cannot be checked). The same file tells ``status`` which
-trials are running.
+trials are running. A lock or heartbeat that cannot be written because the
+disk is full raises ``OutOfSpace`` (the store's atomic write: the old lock file
+stays whole); the driver releases the lock on its way out, so the same command
+resumes.
 """
 
 from __future__ import annotations
@@ -107,13 +110,14 @@ class DriverLock:
             self._write()
 
     def release(self) -> None:
-        held = read_lock(self.store)
-        if held is not None and held.pid == self.info.pid and held.host == self.info.host:
-            path = self.store.path(LOCK_FILE)
-            try:
-                self.store.fs.delete_file(path)
-            except (FileNotFoundError, OSError):
-                pass
+        """Remove the lock file when this driver holds it. It runs on the way out of a stopped run
+        (a full disk among the reasons), so a failure to read or delete is left to staleness."""
+        try:
+            held = read_lock(self.store)
+            if held is not None and held.pid == self.info.pid and held.host == self.info.host:
+                self.store.fs.delete_file(self.store.path(LOCK_FILE))
+        except OSError:
+            pass
 
     def _write(self) -> None:
         self._last_beat = time.time()

@@ -4,7 +4,9 @@ Every file is written under a dot-prefixed temporary name (pyarrow.dataset
 skips those) and renamed into place; the ``trials/`` row is written last, so
 a trial counts as done exactly when that row exists (the rule and the paths
 are ``ampsweep.contracts``'s). Anything else under an uncommitted id is
-debris and is replaced.
+debris and is replaced. A write that fails removes its temporary file; one
+that fails because the filesystem is full or over quota raises ``OutOfSpace``
+(the run stops with a resume line; nothing half-written is left).
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ import pyarrow.parquet as pq
 from ampsweep.contracts import (
     FP32_LEVEL,
     PER_TRIAL_TABLES,
+    PLAN_FILE,
     SNAPSHOT_FOLDER,
     LocalizedCell,
     committed_ids,
+    decode_plan,
     part_path,
     trial_folder,
     trial_row_path,
 )
 from ampsweep.jobs import Baseline, TrialConfig, TrialResult
 
+from .._errors import OutOfSpace, is_out_of_space
 from ..scheduling._baselines import Baselines
 
 
@@ -69,11 +74,54 @@ class SweepStore:
         return f"{self.root}/{relative}"
 
     def _atomic_write(self, path: str, write: Callable[[str], None]) -> None:
+        """``write`` a temporary file beside ``path``, then rename it into place.
+
+        Whatever stops the write removes the temporary file; a full or
+        over-quota filesystem raises ``OutOfSpace`` naming ``path``.
+        """
         folder, _, filename = path.rpartition("/")
-        self.fs.create_dir(folder, recursive=True)
         temporary = f"{folder}/.tmp-{uuid.uuid4().hex}-{filename}"
-        write(temporary)
-        self.fs.move(temporary, path)
+        try:
+            self.fs.create_dir(folder, recursive=True)
+            write(temporary)
+            self.fs.move(temporary, path)
+        except BaseException as exc:
+            self._remove_quietly(temporary)
+            if isinstance(exc, OSError) and is_out_of_space(exc):
+                raise self.out_of_space(path, exc) from exc
+            raise
+
+    def _remove_quietly(self, path: str) -> None:
+        """Remove a temporary file if it is there; a failure here must not hide the write's own error."""
+        try:
+            if self.fs.get_file_info(path).type == pafs.FileType.File:
+                self.fs.delete_file(path)
+        except (OSError, pa.ArrowException):
+            pass
+
+    def out_of_space(self, path: str, exc: OSError) -> OutOfSpace:
+        """The stop for a write of ``path`` that ``exc`` (ENOSPC, EDQUOT) refused, with the folder's counts.
+
+        Counted from the folder itself (the committed rows against
+        ``plan.json``), so whichever write fails — a trial's commit, the lock's
+        heartbeat, the plan, a snapshot — says the same.
+        """
+        prefix = f"{self.root}/"
+        where = f"{path[len(prefix) :]} in {self.root}" if path.startswith(prefix) else path
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        try:
+            done = self.committed()
+        except (OSError, pa.ArrowException):
+            done = set()
+        planned: set[str] | None = None
+        try:
+            text = self.read_text(PLAN_FILE)
+            planned = {entry.trial_id for entry in decode_plan(text)} if text else None
+        except (OSError, ValueError, pa.ArrowException):
+            planned = None
+        if planned is None:
+            return OutOfSpace(f"could not write {where}: {reason}", len(done), None)
+        return OutOfSpace(f"could not write {where}: {reason}", len(done & planned), len(planned - done))
 
     def write_table(self, path: str, table: pa.Table) -> None:
         """One table file, atomically, without column statistics.

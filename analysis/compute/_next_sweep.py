@@ -13,8 +13,10 @@ lacked. Three causes, checked in this order:
 * **no learning**: neither; the next sweep is an adaptive search over the same
   grid, with localization on, so the search names what breaks.
 
-The diagnosis is computed once here; the renderers print ``why`` and the
-report writer writes ``next_spec`` as ``report/next-spec.yaml``.
+The diagnosis is computed once here, from the trials' verdicts, their
+underflow and the localization (numbers in, a typed :class:`NextSweep` out);
+the renderers print its ``why`` and the report writer writes ``next_spec`` as
+``report/next-spec.yaml``.
 """
 
 from __future__ import annotations
@@ -35,10 +37,9 @@ from ampsweep.contracts import (
     static_scale_for,
 )
 
-from .._model import Localization, NextSweep
+from .._model import NEXT_SPEC_FILE, Localization, NextSweep
 
-#: The file the report writer puts the next spec in, beside report.md.
-NEXT_SPEC_FILE = "next-spec.yaml"
+__all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
 
 def _mixed(scores: pd.DataFrame) -> pd.DataFrame:

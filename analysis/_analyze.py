@@ -1,9 +1,13 @@
-"""``analyze``: load, score, aggregate and rank a sweep folder into the model.
+"""``analyze``: load, score, aggregate and rank a sweep folder into the model, then word it.
 
-The only module that runs the whole computation, every read included (the
-figures' data too: :mod:`analysis.compute._figure_data`); it returns a
-:class:`SweepAnalysis` and writes nothing (see :mod:`analysis._writer`), so
-every renderer formats that model and reads no file.
+The only module that runs the whole analysis, every read included (the
+figures' data too: :mod:`analysis.compute._figure_data`). It sits above both
+halves of the one-way chain: ``compute`` reads and computes the ranking and
+the recommendation's evidence, then ``wording`` adds the words every output
+shows (the ranking's short columns, the answer lines, the code to paste). It
+returns a :class:`SweepAnalysis` and writes nothing (see
+:mod:`analysis._writer`), so every renderer formats that model and reads no
+file.
 """
 
 from __future__ import annotations
@@ -12,17 +16,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from .._model import KindAnalysis, SweepAnalysis
-from ..wording._profile import read_profile
-from ..wording._search import read_search
-from ._anomalies import read_anomalies
-from ._configs import config_scores
-from ._criteria import RankContext
-from ._evidence import kind_recommendation
-from ._figure_data import figure_data
-from ._load import inventory, load_trials, resolve, unreadable_trials
-from ._rank import rank_configs
-from ._scores import fp32_reference, trial_scores
+from ._model import KindAnalysis, Recommendation, SweepAnalysis
+from .compute._anomalies import read_anomalies
+from .compute._configs import config_scores
+from .compute._criteria import RankContext
+from .compute._evidence import kind_recommendation
+from .compute._figure_data import figure_data
+from .compute._load import inventory, load_trials, resolve, unreadable_trials
+from .compute._rank import rank_configs
+from .compute._scores import fp32_reference, trial_scores
+from .compute._side_files import read_profile, read_search
+from .wording._answer import answer_lines
+from .wording._code import recommendation_code
+from .wording._labels import label_columns
 
 #: device kind / MindSpore target on which float16 is emulated, so speed never decides
 CPU_KIND = "cpu"
@@ -50,16 +56,27 @@ def _rank_kind(
 ) -> KindAnalysis:
     reference = fp32_reference(scores)
     ctx = RankContext(speed_decides=speed_decides(kind, scores))
-    ranking = rank_configs(config_scores(scores, anomalies), reference, ctx)
-    placement = bool(scores["loss_placement_recorded"].any())
+    ranking = label_columns(rank_configs(config_scores(scores, anomalies), reference, ctx))
+    recorded = bool(scores["loss_placement_recorded"].any())
     return KindAnalysis(
         device_kind=kind,
         ranking=ranking,
         reference=reference,
-        recommendation=kind_recommendation(ranking, scores, ctx, placement),
+        recommendation=_worded(
+            kind_recommendation(ranking, scores, ctx, recorded), ranking, scores, recorded
+        ),
         speed_decides=ctx.speed_decides,
         figures=figure_data(sweep_dir, ranking, scores) if figures else None,
     )
+
+
+def _worded(
+    rec: Recommendation, ranking: pd.DataFrame, scores: pd.DataFrame, recorded: bool
+) -> Recommendation:
+    """The recommendation with its words: the code to paste and the answer lines every output opens with."""
+    rec.code = recommendation_code(rec)
+    rec.answer = answer_lines(rec, ranking, len(scores), recorded)
+    return rec
 
 
 def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
@@ -85,7 +102,7 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     if rankings:
         ranking = pd.concat(rankings, ignore_index=True)
     else:
-        ranking = rank_configs(config_scores(scores, anomalies), fp32_reference(scores))
+        ranking = label_columns(rank_configs(config_scores(scores, anomalies), fp32_reference(scores)))
     return SweepAnalysis(
         name=_sweep_name(trials, loc.name),
         sweep_dir=str(sweep_dir),

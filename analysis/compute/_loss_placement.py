@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, config_name
 
-from ._classes import TIER_UNSTABLE, clip_text
+from ._classes import TIER_UNSTABLE
 
 _SAME = ["amp_level", "black_list_key", "clip", "loss_scale", "dtype", "device_kind"]
 _OUTSIDE_WORDS = "the loss runs in float32 on the network's output, as with `Model(net, loss_fn, opt)`"
@@ -25,8 +25,8 @@ def _key(row: pd.Series) -> tuple:
 
 
 def _what(row: pd.Series) -> str:
-    listed = f"{row['black_list_key']} in FP32" if row["black_list_key"] != "[]" else "the default black list"
-    return f"{row['amp_level']} with {listed}, clip {clip_text(row['clip'])}"
+    """The configuration's name without where the loss runs (what the note compares)."""
+    return config_name(row["amp_level"], row["black_list"], row["clip"], row["loss_scale"], row["dtype"])
 
 
 def loss_class_notes(scores: pd.DataFrame) -> list[str]:
@@ -52,7 +52,7 @@ def loss_class_notes(scores: pd.DataFrame) -> list[str]:
     ]
 
 
-def placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = None) -> list[str]:
+def loss_placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = None) -> list[str]:
     """One sentence per configuration whose verdict depends on where the loss runs."""
     extra = loss_class_notes(scores) if scores is not None and "loss_placement" in scores else []
     if "loss_placement" not in ranking or ranking["loss_placement"].nunique() < 2:

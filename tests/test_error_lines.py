@@ -1,0 +1,68 @@
+"""A workload that cannot be imported or built: exit 2 and one line that says what happened.
+
+Nothing was disallowed in these cases, so the line must not say "is not allowed"
+(that wording is for a value the spec may not hold); it names the file and the
+exception, as Python would have.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+
+from ampsweep.sweep.cli import main
+
+#: (id, the workload file's text, the factory the spec names, words the one line must hold)
+CASES = [
+    (
+        "syntax-error",
+        "def make(seed):\n    return (\n\nx = = 1\n",
+        "make",
+        ["importing '", "syn.py' failed: SyntaxError: ", "(syn.py, line "],
+    ),
+    (
+        "missing-factory",
+        "def build(seed):\n    return None\n",
+        "make",
+        ["syn.py' has no callable 'make'"],
+    ),
+    (
+        "factory-raises",
+        "def make(seed):\n    raise FileNotFoundError('no dataset under /data/train')\n",
+        "make",
+        ["calling '", "syn.py:make' failed: FileNotFoundError: no dataset under /data/train"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "factory", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_workload_that_fails_says_what_happened_in_one_line(
+    tmp_path: Path, capsys, write_spec, command, source, factory, words
+):
+    (tmp_path / "syn.py").write_text(source)
+    spec = write_spec({"workload": f"{tmp_path / 'syn.py'}:{factory}"})
+    out = tmp_path / "out"
+    argv = [command, str(spec)] + (["--out", str(out), "--no-progress"] if command == "run" else [])
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("ampsweep: error: workload: "), lines[0]
+    assert "not allowed" not in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert "Traceback" not in captured.err
+    assert not out.exists(), "nothing is written"
+    assert not ray.is_initialized()
+
+
+def test_a_refused_reference_still_says_what_is_allowed(tmp_path: Path, capsys, write_spec):
+    """Validation failures keep "is not allowed; <what is>": a reference of the wrong form."""
+    code = main(["plan", str(write_spec({"workload": "my_model"}))])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("ampsweep: error: workload: 'my_model' is not allowed; "), lines[0]
