@@ -28,7 +28,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._model import FigureData, Fp32Reference, KindAnalysis, Localization, Recommendation, SweepAnalysis
+    from ._model import (
+        NEXT_SPEC_FILE,
+        FigureData,
+        Fp32Reference,
+        KindAnalysis,
+        Localization,
+        Recommendation,
+        SweepAnalysis,
+    )
     from ._public import Analysis, analyze, top_configs
     from ._writer import write_report
     from .compute._criteria import CRITERIA, TIE_RULE
@@ -53,6 +61,7 @@ _OWNERS: dict[str, tuple[str, str]] = {
     "render_html": (".render._html", "render_html"),
     "load_trials": (".compute._load", "load_trials"),
     "render_markdown": (".render._markdown", "render_markdown"),
+    "NEXT_SPEC_FILE": ("._model", "NEXT_SPEC_FILE"),
     "FigureData": ("._model", "FigureData"),
     "Fp32Reference": ("._model", "Fp32Reference"),
     "KindAnalysis": ("._model", "KindAnalysis"),
@@ -88,6 +97,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CRITERIA",
+    "NEXT_SPEC_FILE",
     "RANKING_COLUMNS",
     "RECOMMENDATION_SCHEMA",
     "TIE_RULE",

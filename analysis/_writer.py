@@ -5,7 +5,7 @@
 ``report.html`` (the same plus figures, one self-contained file),
 ``failure.png`` (the failure figure report.md shows, when a configuration broke),
 ``next-spec.yaml`` (when no mixed-precision configuration learns like FP32: the
-sweep's own spec with what it lacked added, ``analysis.wording._next_sweep``) and
+sweep's own spec with what it lacked added, ``analysis.compute._next_sweep``) and
 ``recommendation.json`` (the recommendation as data, schema in
 :mod:`analysis.render._recommendation`). Files are written to a temporary name and
 renamed into place, as everything else in a sweep folder is, so a reader

@@ -125,9 +125,12 @@ def _print_top(sweep_dir: Path, top: int) -> None:
 
 def _print_answer(result: Any, top: int, report: Path) -> None:
     """The answer, then the ranking's top rows (``render_terminal``), flushed."""
-    from ampsweep.analysis import render_terminal
+    from ampsweep.analysis import NEXT_SPEC_FILE, render_terminal
 
-    sys.stdout.write(render_terminal(result, top, report))
+    following = report.with_name(NEXT_SPEC_FILE)
+    sys.stdout.write(
+        render_terminal(result, top, report, next_spec=following if following.exists() else None)
+    )
     sys.stdout.flush()
 
 

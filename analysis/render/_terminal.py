@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import pandas as pd
 
-from .._model import NEXT_SPEC_FILE, TOP_COLUMNS, SweepAnalysis, top_rows
+from .._model import TOP_COLUMNS, SweepAnalysis, top_rows
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -110,12 +110,17 @@ def answer_lines(result: SweepAnalysis) -> list[str]:
 
 
 def render_terminal(
-    result: SweepAnalysis, top: int = 8, report_path: str | Path | None = None, width: int | None = None
+    result: SweepAnalysis,
+    top: int = 8,
+    report_path: str | Path | None = None,
+    width: int | None = None,
+    next_spec: str | Path | None = None,
 ) -> str:
     """The whole terminal output as text, every line at most ``width`` wide.
 
     ``report_path`` is report.md's path (what ``write_report`` returns); the
-    output links report.html next to it.
+    output links report.html next to it. ``next_spec``: the next sweep's spec
+    the report wrote (``report/next-spec.yaml``), given the command to run it.
     """
     from rich.console import Console
     from rich.text import Text
@@ -134,12 +139,12 @@ def render_terminal(
         console.print(Text(line), overflow="fold")
     if report_path is not None:
         console.print(Text(f"Report: {Path(report_path).with_name('report.html')}"), overflow="fold")
-        following = Path(report_path).with_name(NEXT_SPEC_FILE)
-        if following.exists():  # REPORT_DIR is OUT/<name>/report: the next sweep goes beside this one
-            out = shlex.quote(str(following.parent.parent.parent))
-            console.print(
-                Text(f"Next sweep: ampsweep run {shlex.quote(str(following))} --out {out}"), overflow="fold"
-            )
+    if next_spec is not None:  # REPORT_DIR is OUT/<name>/report: the next sweep goes beside this one
+        following = Path(next_spec)
+        out = shlex.quote(str(following.parent.parent.parent))
+        console.print(
+            Text(f"Next sweep: ampsweep run {shlex.quote(str(following))} --out {out}"), overflow="fold"
+        )
     if not result.ranking.empty:
         console.print()
         console.print(terminal_table(result, top))
