@@ -122,10 +122,10 @@ def test_equivalent_trials_keep_their_own_rule():
     assert not (held | loosest) & set(plan.equivalent_to)
 
 
-def _drive(tmp_path: Path, plan, actors: InProcessActors, **run) -> SweepResult:
-    """Every trial of ``plan`` through the real driver loop, on 2 in-process devices."""
+def _drive(tmp_path: Path, plan, actors: InProcessActors, devices: int = 2, **run) -> SweepResult:
+    """Every trial of ``plan`` through the real driver loop, on in-process devices."""
     store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
+    slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     drive_trials(
         plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, **run), result,
@@ -241,3 +241,27 @@ def test_a_device_with_nothing_else_to_run_trains_a_held_trial_rather_than_wait_
     result = _drive(tmp_path, plan, actors)
     assert result.ran == 2 and actors.calls == 2 and result.copied == 0
     assert {clip for _, clip in actors.trained} == {None, 1.0}
+
+
+def test_a_copy_of_a_copy_is_made_too(tmp_path):
+    # O0 [Dense] clip 1.0 is an exact copy of O0 clip 1.0, itself copied from O0 without a clip
+    actors = _Norms({0: 0.5, 1: 0.5})
+    plan = Sweep(
+        {"name": "t", "workload": f"{NOOP}:make", "steps": 1, "devices": "ascend",
+         "grid": {"amp_level": ["O0"], "black_list": [[], ["Dense"]], "clip": [None, 1.0], "seed": [0, 1]}}
+    ).plan()  # fmt: skip
+    result = _drive(tmp_path, plan, actors, devices=1)
+    trials = pd.read_parquet(tmp_path / "t" / "trials").set_index("trial_id")
+    assert len(trials) == result.ran == len(plan) == 8, "every trial committed, copies of copies too"
+    chained = trials[(trials["clip"] == 1.0) & (trials["black_list"].map(len) == 1)]
+    assert len(chained) == 2 and set(chained["copy_reason"]) == {"equivalent"}
+    assert (trials.loc[chained["copied_from"], "copy_reason"] == "clip_never_reached").any()
+
+
+def test_a_sweep_that_ends_with_copies_unmade_says_so():
+    from ampsweep.sweep.planning._copies import CopyMap
+    from ampsweep.sweep.scheduling._copies import Copies
+
+    source, copy = trial_config(seed=0), trial_config(seed=0, black_list=("Dense",))
+    copies = Copies(CopyMap(always={source.trial_id: (copy,)}))
+    assert copies.unmade() == [copy]  # counted as not run until its source comes back

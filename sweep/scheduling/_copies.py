@@ -31,6 +31,10 @@ class Copies:
         """Every trial still held for its source's result (they count as trials left)."""
         return [config for held in self._held.values() for config in held]
 
+    def unmade(self) -> list[TrialConfig]:
+        """Every copy not made yet, held or not: what a sweep that ends now did not commit."""
+        return [config for copies in self._always.values() for config in copies] + self.held()
+
     def __len__(self) -> int:
         """How many trials are held (copies made for sure are counted with their source)."""
         return self._held_count
@@ -56,13 +60,18 @@ class Copies:
         ``hint``: the FP32 baseline a held trial would be sent with now, for
         the silent-failure check its copy must pass as its own run would.
         """
-        copies = [result.copied_as(config, EQUIVALENT) for config in self._always.pop(result.trial_id, ())]
+        made = [result.copied_as(config, EQUIVALENT) for config in self._always.pop(result.trial_id, ())]
         held = self._held.pop(result.trial_id, ())
         self._held_count -= len(held)
         train = []
         for config in held:
             if same_run_with_clip(result, config, hint(config)):
-                copies.append(result.copied_as(config, CLIP_NEVER_REACHED))
+                made.append(result.copied_as(config, CLIP_NEVER_REACHED))
             else:
                 train.append(config)
+        copies: list[TrialResult] = []
+        while made:  # a copy is a source too: O0 [Dense] clip 1.0 copies O0 clip 1.0, itself a copy
+            copy = made.pop(0)
+            copies.append(copy)
+            made += [copy.copied_as(config, EQUIVALENT) for config in self._always.pop(copy.trial_id, ())]
         return copies, train

@@ -116,7 +116,7 @@ class Dispatcher:
     @property
     def pending(self) -> list[TrialConfig]:
         """The trials not handed out yet, in line order."""
-        return self.queue.remaining() + self.copies.held()
+        return self.queue.remaining() + self.copies.unmade()
 
     def _left(self) -> int:
         return len(self.queue) + len(self.in_flight) + len(self.copies)
