@@ -208,10 +208,11 @@ def _actor_class_users() -> list[Any]:
     from ampsweep.jobs import TrialWorker
 
     users = []
-    for info in pkgutil.iter_modules(sweep.__path__):
-        if info.name.startswith("__") or info.name == "cli":  # __main__ would run the CLI
+    for info in pkgutil.walk_packages(sweep.__path__, "ampsweep.sweep."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if leaf.startswith("__") or leaf == "cli":  # __main__ would run the CLI
             continue
-        module = importlib.import_module(f"ampsweep.sweep.{info.name}")
+        module = importlib.import_module(info.name)
         if getattr(module, "TrialWorker", None) is TrialWorker:
             users.append(module)
     if not users:
