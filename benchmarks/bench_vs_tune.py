@@ -12,8 +12,8 @@ small MLP whose hand-written cross entropy overflows float16), 2 workers.
   run_config=RunConfig(storage_path=TMP))``, also in a child process of its own
   (Python start, ``ray.init``, ``Tuner.fit``). The function trainable is what a
   user writes in plain MindSpore: build the workload, cast it the way ampsweep
-  does (``WithLossCell`` so the loss is cast too; ``auto_mixed_precision``, or
-  ``custom_mixed_precision`` with the default black list plus the class), one
+  does (``WithLossCell`` so the loss is cast too; ampsweep's ``apply_amp``:
+  ``auto_mixed_precision``, then ``to_float(float32)`` on each listed instance), one
   jitted step that clips by global norm with a Tensor threshold, and
   ``tune.report`` every step with the content of ampsweep's steps table (loss,
   grad_norm, clipped, nonfinite, skipped, scale, step time). It stops a trial
@@ -95,7 +95,7 @@ def tune_trainable(config: dict[str, Any]) -> None:
 
     import mindspore as ms
     import numpy as np
-    from mindspore import amp, nn, ops
+    from mindspore import nn, ops
     from mindspore.common import dtype as mstype
     from ray import tune
 
@@ -110,13 +110,12 @@ def tune_trainable(config: dict[str, Any]) -> None:
     abort_after = config.get("abort_after", ABORT_AFTER)
 
     def cast(cell: Any) -> Any:
-        if config["amp_level"] == "O0":
-            return cell
-        if config["black_list"]:
-            classes = [getattr(module, n, None) or getattr(nn, n) for n in config["black_list"]]
-            black = amp.get_black_list() + classes
-            return amp.custom_mixed_precision(cell, black_list=black, dtype=mstype.float16)
-        return amp.auto_mixed_precision(cell, config["amp_level"], dtype=mstype.float16)
+        # ampsweep's own cast (auto_mixed_precision, then to_float(float32) on each listed
+        # instance), so both sides compute the same
+        from ampsweep.jobs.training._amp import apply_amp
+
+        classes = [getattr(module, n, None) or getattr(nn, n) for n in config["black_list"]]
+        return apply_amp(cell, config["amp_level"], classes, "float16")
 
     if config.get("loss_placement", "inside") == "outside":
         net = nn.WithLossCell(cast(workload.network), workload.loss_fn)

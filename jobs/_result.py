@@ -18,6 +18,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TR
 
 from ._config import TrialConfig
 from ._placement import Placement
+from .training._amp import fp32_cells_mechanism
 
 
 def _empty(schema: pa.Schema) -> pa.Table:
@@ -146,5 +147,6 @@ class TrialResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at or datetime.now(timezone.utc),
             "diagnose_s": self.diagnose_s,
+            "fp32_cells": fp32_cells_mechanism(config.amp_level, config.black_list),
         }
         return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

@@ -8,6 +8,7 @@ import pytest
 from ampsweep.jobs import build_workload
 from ampsweep.jobs.training._amp import apply_amp, known_layer_types, resolve_black_list
 from ampsweep.jobs.training._loss_cell import NetworkWithLoss
+from tests._trial import trial_config
 
 
 def _cast(level: str, black: tuple[str, ...]):
@@ -65,22 +66,76 @@ def test_policy_decides_which_cells_compute_in_float16(level, black, expected):
     assert _float16_cells(level, black) == expected
 
 
-def test_o2_black_list_extends_mindspore_default(monkeypatch):
+def _norm_net():
+    """A LayerNorm (on O2's default black list) beside a Cell class to list; returns (net, that class)."""
+    from mindspore import nn, ops
+
+    class Block(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Dense(8, 8)
+
+        def construct(self, x):
+            return ops.tanh(self.fc(x))
+
+    class Net(nn.Cell):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = nn.Dense(4, 8)
+            self.norm = nn.LayerNorm((8,))
+            self.block = Block()
+            self.head = nn.Dense(8, 3)
+
+        def construct(self, x):
+            return self.head(self.block(self.norm(self.fc1(x))))
+
+    return Net(), Block
+
+
+def test_o2_black_list_extends_mindspore_default():
+    """A black list adds to O2's own default list (LayerNorm, BatchNorm), it does not replace it."""
+    import mindspore as ms
     from mindspore import amp, nn
 
-    seen = {}
-    real = amp.custom_mixed_precision
+    net, block = _norm_net()
+    apply_amp(net, "O2", [block], "float16")
+    # the default list is still O2's: LayerNorm kept in float32 and wrapped to hand on float16
+    assert nn.LayerNorm in amp.get_black_list()
+    assert type(net.norm).__name__ == "_OutputTo16" and isinstance(net.norm._backbone, nn.LayerNorm)
+    assert net.norm._backbone.get_mixed_precision_type().name == "FP32"
+    # the listed class computes in float32, the rest in float16
+    assert net.block.get_mixed_precision_type().name == "FP32"
+    assert net.block.fc.get_mixed_precision_type().name == "FP32"
+    assert net.fc1.get_mixed_precision_type().name == "FP16"
+    assert net.head.get_mixed_precision_type().name == "FP16"
+    x = ms.Tensor(np.ones((2, 4), np.float32))
+    assert net.block(ms.Tensor(np.ones((2, 8), np.float16))).dtype == ms.float32
+    assert net.fc1(x).dtype == ms.float16 and net.norm(net.fc1(x)).dtype == ms.float16
+    # on the workload: CustomNorm listed, and O2's default list is as it is without a black list
+    _, workload = _cast("O2", ("CustomNorm",))
+    assert workload.network.norm1.get_mixed_precision_type().name == "FP32"
+    assert workload.network.fc1.get_mixed_precision_type().name == "FP16"
 
-    def spy(network, **kwargs):
-        seen.update(kwargs)
-        return real(network, **kwargs)
 
-    monkeypatch.setattr(amp, "custom_mixed_precision", spy)
-    _cast("O2", ("CustomNorm",))
-    # custom_mixed_precision replaces the default list, so the defaults must be passed along
-    assert set(amp.get_black_list()) <= set(seen["black_list"])
-    assert "CustomNorm" in {c.__name__ for c in seen["black_list"]}
-    assert nn.LayerNorm in seen["black_list"]
+@pytest.mark.parametrize(
+    ("level", "black", "recorded"),
+    [
+        ("O2", ("CustomNorm",), "to_float"),
+        ("O1", ("Dense",), "to_float"),
+        ("O2", (), None),
+        ("O0", ("Dense",), None),
+    ],
+)
+def test_the_trials_table_records_how_the_black_list_was_kept(level, black, recorded):
+    from ampsweep.contracts import FP32_CELLS_MECHANISM
+    from ampsweep.jobs import Outcome, Placement, TrialResult
+
+    assert FP32_CELLS_MECHANISM == "to_float"
+    result = TrialResult(
+        trial_config(amp_level=level, black_list=black), Outcome.COMPLETED, Placement("cpu", "CPU")
+    )
+    row = result.trial_row(sweep="s", equivalent_to=None, attempts=1).to_pylist()[0]
+    assert row["fp32_cells"] == recorded
 
 
 def test_black_list_names_come_from_network_and_mindspore_nn():

@@ -475,7 +475,8 @@ def test_write_report_files(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.startswith("# ampsweep report: unit-sweep")
     assert "committed: 21 (completed 15, diverged 3, failed 3)" in text
-    assert "amp.custom_mixed_precision(net_with_loss, black_list=amp.get_black_list() + [CustomNorm]" in text
+    assert 'net_with_loss = amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)' in text
+    assert "keep_in_float32(net_with_loss, (CustomNorm,))  # after the cast" in text
     assert "ops.minimum(clip / (norm + 1e-6), 1.0)" in text
     assert "class TrainStep(nn.TrainOneStepCell):" in text and "model = Model(train_net)" in text
     assert "`fail0`" in text and "RuntimeError: Out of memory on device 0" in text
@@ -536,7 +537,10 @@ def test_snippets() -> None:
     assert 'amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)' in _code.mindspore_snippet(
         row
     )
-    assert 'Model(net_with_loss, optimizer=optimizer, amp_level="O0")' in _code.model_snippet(row)
+    model = _code.model_snippet(row)
+    assert "model = Model(net_with_loss, optimizer=optimizer)\n" in model
+    assert "DynamicLossScaleManager" in model and "did not use" in model  # what amp_level="O2" would add
+    assert "keep_in_float32" not in model  # no black list, no loop
     row = {**row, "loss_scale": "dynamic", "clip": 1.0, "dtype": "bfloat16"}
     code = _code.mindspore_snippet(row)
     assert "amp.DynamicLossScaler(" in code and "loss_scaler.adjust(is_finite)" in code
@@ -901,14 +905,28 @@ def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
             "dtype": "float16",
             "loss_placement": "outside",
         },
+        {
+            "amp_level": "O1",
+            "black_list": ("CustomNorm",),
+            "clip": float("nan"),
+            "loss_scale": "none",
+            "dtype": "float16",
+            "loss_placement": "outside",
+        },
     ]
     outside = analysis.snippets(configs[3])
-    assert "net = amp.custom_mixed_precision(net," in outside["train_step"]
-    assert "Model(net, loss_fn=loss_fn, optimizer=optimizer" in outside["model"]
+    step = outside["train_step"]  # the listed instances are kept in float32 after the O2 cast
+    assert step.index('net = amp.auto_mixed_precision(net, "O2"') < step.index(
+        "keep_in_float32(net, (CustomNorm,))"
+    )
+    assert "model = Model(net, loss_fn=loss_fn, optimizer=optimizer)\n" in outside["model"]
     inside = analysis.snippets(configs[0])["model"]
     assert inside.index("nn.WithLossCell(net, loss_fn)") < inside.index(
-        "amp.custom_mixed_precision(net_with_loss"
+        "amp.auto_mixed_precision(net_with_loss"
     )
+    # O1 marks the listed Cells before its rewrite
+    o1 = analysis.snippets(configs[5])["train_step"]
+    assert o1.index("keep_in_float32(net, (CustomNorm,))") < o1.index('amp.auto_mixed_precision(net, "O1"')
     (tmp_path / "snippet_net.py").write_text(SNIPPET_NET)
     names = []
     for i, cfg in enumerate(configs):

@@ -53,6 +53,7 @@ PINNED = {
         ("overflow_mode", "string"),
         ("started_at", "timestamp[ms, tz=UTC]"),
         ("diagnose_s", "double"),
+        ("fp32_cells", "string"),
     ],
     "steps": [
         ("step", "int64"),

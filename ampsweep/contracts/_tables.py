@@ -18,6 +18,13 @@ COPY_REASONS = {
     "with its gradient norm never above that clip, so the clip would never have fired",
 }
 
+#: How a trial kept its black-listed classes in float32 (the ``fp32_cells`` column):
+#: ``amp.auto_mixed_precision`` at the trial's level, then ``cell.to_float(float32)`` on every
+#: instance of a listed class (subclasses too), before the cast under O1 and after it under O2/O3
+#: (``jobs.training._amp.keep_in_float32``). Older sweeps used ``amp.custom_mixed_precision``
+#: and have no such column (read as null).
+FP32_CELLS_MECHANISM = "to_float"
+
 TRIALS_SCHEMA = pa.schema(
     [
         ("trial_id", pa.string()),
@@ -62,6 +69,7 @@ TRIALS_SCHEMA = pa.schema(
         ("overflow_mode", pa.string()),  # inf_nan | saturation | ascend_default
         ("started_at", pa.timestamp("ms", tz="UTC")),  # worker clock; null = no worker finished it
         ("diagnose_s", pa.float64()),  # seconds of localization replay after training
+        ("fp32_cells", pa.string()),  # FP32_CELLS_MECHANISM; null = O0 or an empty black list
     ]
 )
 
@@ -165,6 +173,9 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "finished_at": "when the worker finished the trial, localization included (its own clock); "
         "the driver's commit time for a trial no worker finished",
         "diagnose_s": "seconds the worker spent replaying the trial to localize the broken Cell, after `wall_s`",
+        "fp32_cells": "how the black list was kept in FP32: `to_float` (`amp.auto_mixed_precision` at the level, "
+        "then `cell.to_float(float32)` on every instance of a listed class, subclasses included; under O1 "
+        "before the cast); null under O0 or with an empty black list, and in sweeps written before the column",
         "overflow_mode": "what a float16 overflow became where it ran: `inf_nan` (CPU, GPU, Ascend in INF/NaN mode) or `saturation` (±65504, and NaN as 0: Ascend 910A-era, or `MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE`); `ascend_default` when Ascend ran without that variable. Detection counts a float16 value at ±65504 as an overflow either way",
         "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
         "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",

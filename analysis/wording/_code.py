@@ -4,7 +4,7 @@ The report's point is "what to change in the training script", so the
 recommendation is rendered as code for the two ways people train with
 MindSpore: a hand-written ``train_step`` (functional ``value_and_grad``) and
 ``mindspore.train.Model``. Only MindSpore 2.10 APIs are used
-(``amp.auto_mixed_precision``, ``amp.custom_mixed_precision``,
+(``amp.auto_mixed_precision``, ``Cell.to_float``,
 ``amp.StaticLossScaler``/``DynamicLossScaler``, ``amp.all_finite``,
 ``nn.TrainOneStepCell``); nothing here imports MindSpore, the text is
 generated from the Parquet values alone.
@@ -12,6 +12,11 @@ generated from the Parquet values alone.
 Both snippets do what the sweep's trainer did, so the numbers in the report
 hold for them:
 
+* the cast is ``jobs.training._amp.apply_amp``'s, written out:
+  ``amp.auto_mixed_precision`` at the level, then ``cell.to_float(float32)``
+  on every instance of a black-listed class (subclasses too), after the cast
+  under O2/O3 and before it under O1; under O2 a LayerNorm/BatchNorm inside
+  such a Cell loses O2's cast-back-to-float16 wrapper, as in the sweep;
 * the cast matches the trials' ``loss_placement``: ``outside`` casts the
   network alone, so the loss runs in float32 on its (float32) output, as
   ``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do;
@@ -22,10 +27,12 @@ hold for them:
   dynamic scaler changes its scale every ``DYNAMIC_SCALE_WINDOW`` finite steps.
 
 For ``Model`` the network is cast *before* it is handed over and Model gets
-``amp_level="O0"``: ``Model(..., amp_level="O2")`` cannot take a custom black
-list, casts the loss differently and turns on its own dynamic loss scaling
-(which MindSpore refuses on CPU). Clipping or loss scaling needs a
-``TrainOneStepCell`` subclass, which Model then runs as is.
+no ``amp_level`` (its default, O0, casts nothing): ``Model(...,
+amp_level="O2")`` would cast the whole network to float16 again, black-listed
+layers included, and add a ``DynamicLossScaleManager`` on Ascend/GPU that the
+sweep did not use (on CPU it refuses one: ``loss_scale_manager=None``); the
+snippet says so in a comment (:data:`MODEL_AMP_LEVEL_NOTE`). Clipping or loss
+scaling needs a ``TrainOneStepCell`` subclass, which Model then runs as is.
 """
 
 from __future__ import annotations
@@ -49,30 +56,72 @@ _HEADER = [
 ]
 
 
+#: what ``Model(..., amp_level="O2")`` would do that the sweep did not (the Model snippet says so)
+MODEL_AMP_LEVEL_NOTE = (
+    "# No amp_level: the network is cast above, and Model's default (O0) casts nothing more.",
+    '# Model(..., amp_level="O2") would cast the whole network to float16 again (the layers kept in',
+    "# float32 included) and, on Ascend/GPU, add a DynamicLossScaleManager (scale 2**24, window 2000)",
+    "# that the sweep did not use; on CPU it needs loss_scale_manager=None.",
+)
+
+
+def _model_note(amp_level: str) -> tuple[str, ...]:
+    return () if amp_level == FP32_LEVEL else MODEL_AMP_LEVEL_NOTE
+
+
+def _keep_function(amp_level: str) -> list[str]:
+    """``keep_in_float32`` as the snippet defines it: ``jobs.training._amp.keep_in_float32``, as text."""
+    lines = [
+        "def keep_in_float32(net, classes):",
+        '    """Make every instance of `classes` (subclasses too) compute in float32, as the sweep did."""',
+        "    for _, cell in list(net.cells_and_names()):",
+        "        if isinstance(cell, classes):",
+        "            cell.to_float(mstype.float32)",
+    ]
+    if amp_level == "O2":
+        lines += [
+            "            # O2 wraps each LayerNorm/BatchNorm to cast its output back to float16: inside a",
+            "            # layer kept in float32, the sweep put the real LayerNorm/BatchNorm back",
+            "            for _, inner in list(cell.cells_and_names()):",
+            "                for name, child in list(inner.name_cells().items()):",
+            '                    if type(child).__name__ == "_OutputTo16":',
+            "                        inner.insert_child_to_cell(name, child._backbone)",
+            "                        if isinstance(inner, nn.SequentialCell):",
+            "                            inner.cell_list = list(inner.cells())",
+        ]
+    return lines
+
+
 def _amp_lines(
     amp_level: str, black_list: tuple[str, ...], dtype: str, cell: str = "net_with_loss"
 ) -> list[str]:
-    """Cast ``cell`` exactly as ``jobs.training._amp.apply_amp`` did in the sweep."""
+    """Cast ``cell`` exactly as ``jobs.training._amp.apply_amp`` did in the sweep.
+
+    ``amp.auto_mixed_precision`` at the level, then ``to_float(float32)`` on
+    every instance of a listed class: after the cast under O2/O3, before it
+    under O1 (whose rewrite replaces the Cells by copies and leaves one whose
+    precision is set alone). Under O2 a LayerNorm/BatchNorm inside a listed
+    Cell is unwrapped (``keep_in_float32``); elsewhere O2 keeps its own wrapper.
+    """
     ms_dtype = f"mstype.{dtype or 'float16'}"
     if amp_level == FP32_LEVEL:
         return ["# AMP level O0: nothing is cast, the network trains in float32"]
+    cast = f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})'
     if not black_list:
-        return [f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})']
+        return [cast]
     names = ", ".join(black_list)
-    lines = [f"# {names}: the layer classes from your model (or mindspore.nn) to keep in float32"]
+    keep = f"keep_in_float32({cell}, ({names}{',' if len(black_list) == 1 else ''}))"
+    lines = [f"# {names}: kept in float32 by the sweep (your classes, or import them from mindspore.nn)"]
     if amp_level == "O1":
-        # O1 casts only white-listed types, so "black-listing" means removing them.
-        lines.append(
-            f"{cell} = amp.custom_mixed_precision({cell}, white_list=[c for c in "
-            f"amp.get_white_list() if c not in ({names},)], dtype={ms_dtype})"
-        )
-    elif amp_level == "O3":
-        lines.append(f"{cell} = amp.custom_mixed_precision({cell}, black_list=[{names}], dtype={ms_dtype})")
-    else:
-        lines.append(
-            f"{cell} = amp.custom_mixed_precision({cell}, "
-            f"black_list=amp.get_black_list() + [{names}], dtype={ms_dtype})"
-        )
+        return [*lines, f"{keep}  # before the cast: O1's rewrite leaves these Cells uncast", cast]
+    return [*lines, cast, f"{keep}  # after the cast"]
+
+
+def _preamble(amp_level: str, black_list: tuple[str, ...], model: bool = False) -> list[str]:
+    """The imports, and ``keep_in_float32`` where a black list is applied."""
+    lines = [*_HEADER, *(["from mindspore.train import Model"] if model else []), ""]
+    if black_list and amp_level != FP32_LEVEL:
+        lines += ["", *_keep_function(amp_level), "", ""]
     return lines
 
 
@@ -132,7 +181,10 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     ``row`` needs amp_level, black_list, clip, loss_scale and dtype.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
-    lines = [*_HEADER, "", *_cast_block(amp_level, black_list, dtype, _loss_placement(row))]
+    lines = [
+        *_preamble(amp_level, black_list),
+        *_cast_block(amp_level, black_list, dtype, _loss_placement(row)),
+    ]
     if scaler:
         lines.append(f"loss_scaler = {scaler}")
     if clip is not None:
@@ -185,16 +237,15 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     amp_level, black_list, clip, scaler, dtype = _config(row)
     placement = _loss_placement(row)
     cast = _cast_block(amp_level, black_list, dtype, placement)
-    lines = [*_HEADER, "from mindspore.train import Model", ""]
+    lines = _preamble(amp_level, black_list, model=True)
     if scaler is None and clip is None and placement == "outside":
         return "\n".join(
             [
                 *lines,
                 *cast[:-1],  # Model wraps the loss itself, on the cast network's float32 output
                 "",
-                '# amp_level="O0": the network is already cast; Model\'s own O2 would cast it again',
-                "# and add a dynamic loss scaling the sweep did not test",
-                'model = Model(net, loss_fn=loss_fn, optimizer=optimizer, amp_level="O0")',
+                *_model_note(amp_level),
+                "model = Model(net, loss_fn=loss_fn, optimizer=optimizer)",
                 "model.train(epochs, dataset)",
             ]
         )
@@ -203,9 +254,8 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
         return "\n".join(
             [
                 *lines,
-                '# amp_level="O0": the network is already cast; Model\'s own O2 would cast it again',
-                "# and add a dynamic loss scaling the sweep did not test",
-                'model = Model(net_with_loss, optimizer=optimizer, amp_level="O0")',
+                *_model_note(amp_level),
+                "model = Model(net_with_loss, optimizer=optimizer)",
                 "model.train(epochs, dataset)",
             ]
         )
@@ -248,7 +298,8 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
         "        return loss",
         "",
         f"train_net = TrainStep(net_with_loss, optimizer, {', '.join(values)})",
-        "# already cast and wrapped: Model runs train_net as it is (its amp_level stays O0)",
+        "# already cast and wrapped: Model runs train_net as it is",
+        *_model_note(amp_level),
         "model = Model(train_net)",
         "model.train(epochs, dataset)",
     ]

@@ -245,10 +245,19 @@ def _failure(kind: KindAnalysis, index: int) -> Figure | None:
 def _code_blocks(code: dict[str, str] | None) -> list[Block]:
     if not code:
         return []
-    return [
+    blocks: list[Block] = [
         Code("A hand-written training step", code["train_step"]),
         Code("With `mindspore.train.Model`", code["model"]),
     ]
+    if "amp_level=" in code["model"]:  # the snippet casts the network itself (MODEL_AMP_LEVEL_NOTE)
+        blocks.append(
+            Paragraph(
+                'Give `Model` no `amp_level`: the network is cast above. `Model(..., amp_level="O2")` would '
+                "cast the whole network to float16 again, the layers kept in FP32 included, and on Ascend or "
+                "GPU add a dynamic loss scale manager that this sweep did not use."
+            )
+        )
+    return blocks
 
 
 def _answer(kind: KindAnalysis, index: int, suffix: str) -> Section:

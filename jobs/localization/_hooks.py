@@ -16,10 +16,13 @@ MindSpore facts this relies on (2.10, checked on CPU):
   label), ``grad_output`` the gradient arriving at its output. Inner Cells
   fire in reverse execution order; the enclosing containers fire afterwards.
 - AMP wraps Cells: ``auto_mixed_precision`` puts an ``_OutputTo32`` around the
-  whole loss cell and, under O2/O3 with a black list, an ``_OutputTo16`` around
-  every black-listed Cell, whose real Cell becomes its ``_backbone``. Hooks go
-  on the real Cells only, so a black-listed Cell reports the dtype it really
-  computed in (float32), not the float16 its wrapper hands on.
+  whole cast cell (O2/O3) and, under O2, an ``_OutputTo16`` around every Cell of
+  MindSpore's default black list (BatchNorm, LayerNorm), whose real Cell becomes
+  its ``_backbone``. A class on the trial's own black list is not wrapped: it is
+  kept in float32 with ``to_float`` (``jobs.training._amp.keep_in_float32``), so
+  it reports its float32 output as is. Hooks go on the real Cells only, so a
+  wrapped Cell too reports the dtype it really computed in (float32), not the
+  float16 its wrapper hands on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import numpy as np
 
 from ampsweep.contracts import saturated
 
-#: AMP's wrapper Cells: not the user's layers, and they would double-report.
+#: AMP's wrapper Cells (the root's ``_OutputTo32``, O2's ``_OutputTo16`` around a default-black-list
+#: Cell): not the user's layers, and they would double-report.
 _WRAPPER_PREFIX = "_OutputTo"
 
 
@@ -41,8 +45,8 @@ def display_name(qualified: str) -> str | None:
 
     ``_backbone`` segments (AMP wrappers) are dropped and the ``network.``
     prefix of ``NetworkWithLoss`` is stripped, so ``_backbone.network.norm1``
-    (or ``..._backbone.network.norm1._backbone`` when black-listed) reads
-    ``norm1``. The user's root network is ``network``, the loss ``loss_fn``;
+    (or ``..._backbone.network.norm1._backbone`` for a LayerNorm that O2
+    wrapped) reads ``norm1``. The user's root network is ``network``, the loss ``loss_fn``;
     ``NetworkWithLoss`` itself (name ``""``) is not a layer and is skipped.
     """
     parts = [p for p in qualified.split(".") if p and p != "_backbone"]

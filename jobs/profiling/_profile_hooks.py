@@ -26,6 +26,8 @@ from ..localization._inside import INNER_OPS
 OVERFLOW_MARGIN = 2.0
 #: ``Tensor`` methods and operators watched like :data:`INNER_OPS` (``e.sum(-1)``, ``x * x``)
 TENSOR_METHODS = ("exp", "sum", "mean", "square", "pow", "matmul", "__mul__", "__matmul__", "__pow__")
+#: AMP's wrapper Cells (the root's ``_OutputTo32``, O2's ``_OutputTo16`` around a default-black-list
+#: Cell; a class on the trial's black list is not wrapped): skipped, their real Cell reports
 _WRAPPER_PREFIX = "_OutputTo"
 
 

@@ -11,10 +11,22 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 DTYPES = ("float16", "bfloat16")
+#: MindSpore's O2 wrapper around a default-black-list Cell (casts its output back to float16)
+OUTPUT_TO_16 = "_OutputTo16"
+
+
+def fp32_cells_mechanism(level: str, black_list: Sequence[Any]) -> str | None:
+    """What kept ``black_list`` in float32 at ``level`` (the trials table's ``fp32_cells``).
+
+    :data:`FP32_CELLS_MECHANISM` (``cell.to_float(float32)`` per listed
+    instance, :func:`keep_in_float32`, as :func:`apply_amp` does), or None
+    where nothing was kept: O0 casts nothing, and an empty list keeps nothing.
+    """
+    return FP32_CELLS_MECHANISM if level != FP32_LEVEL and len(black_list) else None
 
 
 def mindspore_nn_cell_names() -> dict[str, type]:
@@ -34,8 +46,20 @@ def network_cell_types(cells: Iterable[Any]) -> dict[str, type]:
 
 
 def known_layer_types(cells: Iterable[Any]) -> dict[str, type]:
-    """Names a black list may use: the workload's own Cells first, then ``mindspore.nn``."""
+    """Names a black list may use: the workload's own Cells first, their base classes, then ``mindspore.nn``.
+
+    A listed class covers its subclasses (``keep_in_float32`` goes by
+    ``isinstance``), so a base class of the workload's Cells may be named even
+    where the network never instantiates it.
+    """
+    from mindspore import nn
+
+    cells = list(cells)
     known = mindspore_nn_cell_names()
+    for kind in network_cell_types(cells).values():
+        for base in reversed(kind.__mro__[1:]):
+            if isinstance(base, type) and issubclass(base, nn.Cell) and base is not nn.Cell:
+                known[base.__name__] = base
     known.update(network_cell_types(cells))
     return known
 
@@ -48,12 +72,13 @@ def resolve_black_list(names: Sequence[str], known: dict[str, type]) -> list[typ
 def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> Any:
     """Cast ``cell`` (network plus loss) for one policy and return it.
 
-    O0 casts nothing. Without a black list the level goes to
-    ``amp.auto_mixed_precision``. With one: under O1 (only white-listed ops in
-    low precision) the classes are removed from the white list; under O2 they
-    are added to MindSpore's default black list (``custom_mixed_precision``
-    replaces the default, it does not extend it); under O3 (cast everything)
-    they are the whole black list.
+    O0 casts nothing. Every other level is cast by ``amp.auto_mixed_precision``
+    and each Cell instance of a black-listed class (``isinstance``, so a
+    subclass counts) is kept in float32 with ``cell.to_float(float32)``
+    (:data:`FP32_CELLS_MECHANISM`, see :func:`keep_in_float32`): after the
+    cast under O2 and O3, before it under O1, whose rewrite leaves a Cell whose
+    precision was set as it is. MindSpore's default black list (BatchNorm,
+    LayerNorm) stays what O2 makes of it, wherever no listed Cell encloses it.
     """
     from mindspore.common import dtype as mstype
 
@@ -92,11 +117,56 @@ def _keep_names(cast: Any, names_before: dict[int, str]) -> None:
 def _cast(cell: Any, level: str, black_list: Sequence[type], ms_dtype: Any) -> Any:
     from mindspore import amp
 
-    if not black_list:
-        return amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
     if level == "O1":
-        white = [c for c in amp.get_white_list() if c not in set(black_list)]
-        return amp.custom_mixed_precision(cell, white_list=white, dtype=ms_dtype)
-    base = amp.get_black_list() if level == "O2" else []
-    merged = base + [c for c in black_list if c not in base]
-    return amp.custom_mixed_precision(cell, black_list=merged, dtype=ms_dtype)
+        # O1 rewrites the network into new Cell classes (``DenseOpt``...), so the
+        # listed instances are marked first; the rewrite does not enter them
+        keep_in_float32(cell, black_list)
+        return amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
+    cast = amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
+    keep_in_float32(cast, black_list)
+    return cast
+
+
+def keep_in_float32(root: Any, classes: Sequence[type]) -> int:
+    """Make every Cell under ``root`` whose class is listed compute in float32; return how many.
+
+    ``cell.to_float(float32)`` marks the instance and all its children:
+    MindSpore then casts the floating inputs and Parameters that the Cell uses
+    to float32 (PyNative and ``mindspore.jit`` alike), and its output stays
+    float32; the next float16 Cell casts it back for itself. The parent's own
+    ops on that output run in float16 in PyNative (which casts each op to its
+    Cell's type) and in float32 under ``jit`` (which casts a Cell's inputs
+    only); ``_OutputTo16`` had handed on float16 to both. Nothing wraps the
+    Cell, so a tuple or dict output, keyword arguments, a parent that reads
+    its attributes (``MultiheadAttention`` reads ``out_proj.weight``) and an
+    instance used twice all work (``custom_mixed_precision``'s ``_OutputTo16``
+    wrapper broke on the first two). A parent that reads a listed child's
+    Parameters itself computes with them in its own dtype: black-listing
+    ``Dense`` does not keep ``MultiheadAttention``'s ``out_proj`` product in
+    float32, since it never calls ``out_proj``.
+
+    Under O2, MindSpore's default black list is wrapped in ``_OutputTo16``,
+    which casts the output back to float16; inside a listed Cell that wrapper
+    is replaced by the Cell it wraps, so the listed Cell computes in float32
+    throughout, as ``custom_mixed_precision`` (which does not enter a listed
+    Cell) did.
+    """
+    from mindspore import nn
+    from mindspore.common import dtype as mstype
+
+    listed = tuple(classes)
+    if not listed:
+        return 0
+    found: list[Any] = [cell for _, cell in root.cells_and_names() if isinstance(cell, listed)]
+    for cell in found:
+        cell.to_float(mstype.float32)
+    for cell in found:
+        for _, inner in list(cell.cells_and_names()):
+            unwrapped = False
+            for name, child in list(inner.name_cells().items()):
+                if type(child).__name__ == OUTPUT_TO_16:
+                    inner.insert_child_to_cell(name, child._backbone)
+                    unwrapped = True
+            if unwrapped and isinstance(inner, nn.SequentialCell):
+                inner.cell_list = list(inner.cells())  # as MindSpore's own O2 pass does
+    return len(found)

@@ -1,0 +1,147 @@
+"""The code the report gives is the code that ran, and it runs (issue 41).
+
+The analysis writes the recommendation as text (it imports no MindSpore).
+Here that text is executed, as a user would paste it, on a classifier built
+from MindSpore's own ``nn.TransformerEncoderLayer``: it trains two steps, both
+as a hand-written loop and with ``mindspore.train.Model``, and leaves the
+network cast exactly as the sweep's ``apply_amp`` casts it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mindspore")
+
+import mindspore as ms  # noqa: E402
+import mindspore.dataset as mds  # noqa: E402
+from mindspore import Tensor, nn  # noqa: E402
+
+from ampsweep import analysis  # noqa: E402
+from ampsweep.jobs.training._amp import apply_amp, known_layer_types, resolve_black_list  # noqa: E402
+
+WIDTH, TOKENS, CLASSES, SAMPLES, BATCH = 16, 4, 3, 8, 4  # two steps of one epoch
+
+
+class Classifier(nn.Cell):
+    """MindSpore's encoder layer (MultiheadAttention, two Dense, two LayerNorm) and a Dense head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.TransformerEncoderLayer(
+            d_model=WIDTH, nhead=2, dim_feedforward=32, batch_first=True
+        )
+        self.head = nn.Dense(WIDTH, CLASSES)
+
+    def construct(self, x: Tensor) -> Tensor:
+        return self.head(self.encoder(x).mean(1))
+
+
+def _recommendation(black_list: tuple[str, ...]) -> dict[str, Any]:
+    """A ranked configuration as the analysis reads it (see tests/test_analysis.py::test_snippets)."""
+    return {
+        "amp_level": "O2",
+        "black_list": black_list,
+        "clip": math.nan,
+        "loss_scale": "none",
+        "dtype": "float16",
+        "loss_placement": "outside",
+    }
+
+
+def _data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(SAMPLES, TOKENS, WIDTH)).astype(np.float32)
+    return x, rng.integers(0, CLASSES, SAMPLES).astype(np.int32)
+
+
+def _paste(code: str, path: Path, clf: Classifier) -> dict[str, Any]:
+    """Run the pasted code with the user's names bound; returns its namespace."""
+    x, y = _data()
+    optimizer = nn.Adam(clf.trainable_params(), learning_rate=1e-3)
+    namespace: dict[str, Any] = {
+        "net": clf,
+        "loss_fn": nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+        "optimizer": optimizer,
+        "MultiheadAttention": nn.MultiheadAttention,
+        "TransformerEncoderLayer": nn.TransformerEncoderLayer,
+        "epochs": 1,
+        "dataset": mds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(BATCH),
+    }
+    code = code.replace(
+        "model.train(epochs, dataset)", "model.train(epochs, dataset, dataset_sink_mode=False)"
+    )
+    path.write_text(code + "\n")
+    # a module of its own, as a pasted script is: ms.jit names the step by its module and reads its source
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    module.__dict__.update(namespace)
+    sys.modules[path.stem] = module
+    try:
+        exec(compile(code, str(path), "exec"), module.__dict__)
+    finally:
+        del sys.modules[path.stem]
+    return module.__dict__
+
+
+def _output_dtypes(clf: Classifier, names: tuple[str, ...]) -> dict[str, set[str]]:
+    """The dtype each named Cell hands on, seen by forward hooks on one PyNative forward pass."""
+    cells = dict(clf.cells_and_names())
+    seen: dict[str, set[str]] = {name: set() for name in names}
+    handles = [
+        cells[name].register_forward_hook(
+            lambda _c, _a, out, n=name: seen[n].add(str((out[0] if isinstance(out, tuple) else out).dtype))
+        )
+        for name in names
+    ]
+    clf(Tensor(_data()[0][:BATCH]))
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+def _precision(root: nn.Cell) -> dict[str, tuple[str, str]]:
+    return {name: (type(c).__name__, c.get_mixed_precision_type().name) for name, c in root.cells_and_names()}
+
+
+@pytest.mark.parametrize("form", ["train_step", "model"])
+def test_pasted_code_trains_with_multihead_attention_in_float32(form: str, tmp_path: Path) -> None:
+    ms.set_seed(0)
+    clf = Classifier()
+    before = clf.head.weight.asnumpy().copy()
+    code = analysis.snippets(_recommendation(("MultiheadAttention",)))[form]
+    assert "amp_level=" not in code.split("model = Model(")[-1].split("\n")[0]  # Model casts nothing more
+    _paste(code, tmp_path / f"pasted_{form}.py", clf)
+    assert np.abs(clf.head.weight.asnumpy() - before).max() > 0, "the pasted code did not train"
+    assert np.isfinite(clf.head.weight.asnumpy()).all()
+
+    attention, feed_forward = "encoder.self_attn", ("encoder.dense1", "encoder.dense2", "head")
+    cells = dict(clf.cells_and_names())
+    assert cells[attention].get_mixed_precision_type().name == "FP32"
+    assert {cells[n].get_mixed_precision_type().name for n in feed_forward} == {"FP16"}
+    seen = _output_dtypes(clf, (attention, *feed_forward))
+    assert seen[attention] == {"Float32"}, seen
+    assert all(seen[n] == {"Float16"} for n in feed_forward), seen
+
+
+@pytest.mark.parametrize("black_list", [("MultiheadAttention",), ("TransformerEncoderLayer",)])
+def test_pasted_code_casts_as_the_sweep_did(black_list: tuple[str, ...], tmp_path: Path) -> None:
+    """Cell by Cell, the same class and precision as ``apply_amp``'s cast, O2's LayerNorm wrapper included.
+
+    ``TransformerEncoderLayer`` holds two LayerNorms (O2's default black list):
+    inside it the sweep puts the real LayerNorm back, and so does the code.
+    """
+    sweep = Classifier()
+    apply_amp(sweep, "O2", resolve_black_list(black_list, known_layer_types([sweep])), "float16")
+    pasted = Classifier()
+    _paste(analysis.snippets(_recommendation(black_list))["train_step"], tmp_path / "pasted.py", pasted)
+    assert _precision(pasted) == _precision(sweep)
+    norm = type(dict(pasted.cells_and_names())["encoder.norm1"]).__name__
+    assert norm == ("LayerNorm" if black_list == ("TransformerEncoderLayer",) else "_OutputTo16")
