@@ -109,7 +109,8 @@ def test_o2_black_list_extends_mindspore_default():
     assert net.fc1.get_mixed_precision_type().name == "FP16"
     assert net.head.get_mixed_precision_type().name == "FP16"
     x = ms.Tensor(np.ones((2, 4), np.float32))
-    assert net.block(ms.Tensor(np.ones((2, 8), np.float16))).dtype == ms.float32
+    assert net.block.fc(ms.Tensor(np.ones((2, 8), np.float16))).dtype == ms.float32  # inside: float32
+    assert net.block(ms.Tensor(np.ones((2, 8), np.float16))).dtype == ms.float16  # handed back, as O2 does
     assert net.fc1(x).dtype == ms.float16 and net.norm(net.fc1(x)).dtype == ms.float16
     # on the workload: CustomNorm listed, and O2's default list is as it is without a black list
     _, workload = _cast("O2", ("CustomNorm",))

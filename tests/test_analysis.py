@@ -476,7 +476,7 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert text.startswith("# ampsweep report: unit-sweep")
     assert "committed: 21 (completed 15, diverged 3, failed 3)" in text
     assert 'net_with_loss = amp.auto_mixed_precision(net_with_loss, "O2", dtype=mstype.float16)' in text
-    assert "keep_in_float32(net_with_loss, (CustomNorm,))  # after the cast" in text
+    assert "keep_in_float32(net_with_loss, (CustomNorm,), back_to=mstype.float16)  # after the cast" in text
     assert "ops.minimum(clip / (norm + 1e-6), 1.0)" in text
     assert "class TrainStep(nn.TrainOneStepCell):" in text and "model = Model(train_net)" in text
     assert "`fail0`" in text and "RuntimeError: Out of memory on device 0" in text
@@ -917,7 +917,7 @@ def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
     outside = analysis.snippets(configs[3])
     step = outside["train_step"]  # the listed instances are kept in float32 after the O2 cast
     assert step.index('net = amp.auto_mixed_precision(net, "O2"') < step.index(
-        "keep_in_float32(net, (CustomNorm,))"
+        "keep_in_float32(net, (CustomNorm,), back_to=mstype.float16)"
     )
     assert "model = Model(net, loss_fn=loss_fn, optimizer=optimizer)\n" in outside["model"]
     inside = analysis.snippets(configs[0])["model"]

@@ -203,15 +203,17 @@ def test_each_kind_of_listed_cell_trains_in_float32_under_o2(kind: str, pynative
     build, names, fp32, fp16 = KINDS[kind]
     ms.set_seed(0)
     net = build()
-    cast = _cast(net, "O2", names)
     cells = dict(net.cells_and_names())
     seen: dict[str, list[str | None]] = {}
-    for name in fp32 + fp16:
-        # the instance itself: no wrapper stands between the parent and a listed Cell
-        assert type(cells[name]).__name__ != OUTPUT_TO_16
+    for name in fp32 + fp16:  # before the cast: these hooks see what the Cell computed, before any
+        # hook of the cast hands a listed Cell's output back to its parent in float16
         cells[name].register_forward_hook(
             lambda _c, _a, out, n=name: seen.setdefault(n, []).append(_first_float_dtype(out))
         )
+    cast = _cast(net, "O2", names)
+    cells = dict(net.cells_and_names())
+    for name in fp32 + fp16:  # the instance itself: no wrapper stands between the parent and a listed Cell
+        assert type(cells[name]).__name__ != OUTPUT_TO_16
     losses = _train(cast, net, steps=3)
     assert np.isfinite(losses).all(), losses
     for name in fp32:
@@ -258,9 +260,11 @@ def test_o2_default_black_list_is_kept_outside_and_unwrapped_inside_a_listed_cel
     listed = EncoderNet()
     _cast(listed, "O2", ("TransformerEncoderLayer",))
     assert isinstance(listed.encoder.norm1, nn.LayerNorm) and isinstance(listed.encoder.norm2, nn.LayerNorm)
-    # post-norm: norm2 is the encoder's last Cell, and its float32 output is not rounded to float16
-    out = listed.encoder(_cast_input(listed))
+    # post-norm: norm2 is the encoder's last Cell; inside the listed encoder its output stays float32
+    out = listed.encoder.norm2(listed.encoder.norm1(_cast_input(listed)))
     assert out.dtype == ms.float32
+    # and the encoder hands its parent float16, as MindSpore's own black list does
+    assert listed.encoder(_cast_input(listed)).dtype == ms.float16
 
 
 def _cast_input(net: EncoderNet) -> Tensor:

@@ -127,7 +127,8 @@ def test_pasted_code_trains_with_multihead_attention_in_float32(form: str, tmp_p
     assert cells[attention].get_mixed_precision_type().name == "FP32"
     assert {cells[n].get_mixed_precision_type().name for n in feed_forward} == {"FP16"}
     seen = _output_dtypes(clf, (attention, *feed_forward))
-    assert seen[attention] == {"Float32"}, seen
+    # it computes in float32 (its mark) and hands its parent float16, as MindSpore's own black list does
+    assert seen[attention] == {"Float16"}, seen
     assert all(seen[n] == {"Float16"} for n in feed_forward), seen
 
 

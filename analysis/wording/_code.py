@@ -72,22 +72,45 @@ def _model_note(amp_level: str) -> tuple[str, ...]:
 def _keep_function(amp_level: str) -> list[str]:
     """``keep_in_float32`` as the snippet defines it: ``jobs.training._amp.keep_in_float32``, as text."""
     lines = [
-        "def keep_in_float32(net, classes):",
+        "def keep_in_float32(net, classes, back_to=None):",
         '    """Make every instance of `classes` (subclasses too) compute in float32, as the sweep did."""',
-        "    for _, cell in list(net.cells_and_names()):",
-        "        if isinstance(cell, classes):",
-        "            cell.to_float(mstype.float32)",
+        "    kept = [(name, cell) for name, cell in net.cells_and_names() if isinstance(cell, classes)]",
+        "    for _, cell in kept:",
+        "        cell.to_float(mstype.float32)",
     ]
     if amp_level == "O2":
         lines += [
-            "            # O2 wraps each LayerNorm/BatchNorm to cast its output back to float16: inside a",
-            "            # layer kept in float32, the sweep put the real LayerNorm/BatchNorm back",
-            "            for _, inner in list(cell.cells_and_names()):",
-            "                for name, child in list(inner.name_cells().items()):",
-            '                    if type(child).__name__ == "_OutputTo16":',
-            "                        inner.insert_child_to_cell(name, child._backbone)",
-            "                        if isinstance(inner, nn.SequentialCell):",
-            "                            inner.cell_list = list(inner.cells())",
+            "        # O2 wraps each LayerNorm/BatchNorm to cast its output back to float16: inside a",
+            "        # layer kept in float32, the sweep put the real LayerNorm/BatchNorm back",
+            "        for _, inner in list(cell.cells_and_names()):",
+            "            for name, child in list(inner.name_cells().items()):",
+            '                if type(child).__name__ == "_OutputTo16":',
+            "                    inner.insert_child_to_cell(name, child._backbone)",
+            "                    if isinstance(inner, nn.SequentialCell):",
+            "                        inner.cell_list = list(inner.cells())",
+        ]
+    if amp_level != "O1":
+        lines += [
+            "    # as MindSpore's own black list: each outermost kept Cell hands its parent back_to again",
+            "    for name, cell in kept:",
+            '        if back_to is not None and not any(name.startswith(f"{other}.") for other, _ in kept if other):',
+            "            cell.register_forward_hook(output_back_to(back_to))",
+            "",
+            "",
+            "def output_back_to(dtype):",
+            "    def back(value):",
+            "        return value.astype(dtype) if isinstance(value, ms.Tensor) and value.dtype == mstype.float32 else value",
+            "",
+            "    def cast_back(cell, inputs, output):",
+            "        if isinstance(output, tuple):",
+            "            return tuple([back(v) for v in output])",
+            "        if isinstance(output, list):",
+            "            return [back(v) for v in output]",
+            "        if isinstance(output, dict):",
+            "            return {k: back(v) for k, v in output.items()}",
+            "        return back(output)",
+            "",
+            "    return cast_back",
         ]
     return lines
 
@@ -114,6 +137,7 @@ def _amp_lines(
     lines = [f"# {names}: kept in float32 by the sweep (your classes, or import them from mindspore.nn)"]
     if amp_level == "O1":
         return [*lines, f"{keep}  # before the cast: O1's rewrite leaves these Cells uncast", cast]
+    keep = keep[:-1] + f", back_to={ms_dtype})"
     return [*lines, cast, f"{keep}  # after the cast"]
 
 

@@ -123,20 +123,49 @@ def _cast(cell: Any, level: str, black_list: Sequence[type], ms_dtype: Any) -> A
         keep_in_float32(cell, black_list)
         return amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
     cast = amp.auto_mixed_precision(cell, level, dtype=ms_dtype)
-    keep_in_float32(cast, black_list)
+    keep_in_float32(cast, black_list, back_to=ms_dtype)
     return cast
 
 
-def keep_in_float32(root: Any, classes: Sequence[type]) -> int:
+def output_back_to(dtype: Any) -> Any:
+    """A forward hook that casts a Cell's float32 outputs (a Tensor, or those in a tuple, list or dict) to ``dtype``.
+
+    What MindSpore's ``_OutputTo16`` wrapper does for a black-listed Cell, as
+    a hook: nothing wraps the Cell, and it runs under ``mindspore.jit`` too
+    (MindSpore 2.7 and 2.10, measured). Without it the parent's own ops mix a
+    float32 output with its float16 tensors, which ``jit`` refuses
+    (``MatMulExt, the input type must be same``: a hand-written attention whose
+    softmax is listed).
+    """
+    from mindspore import Tensor
+    from mindspore.common import dtype as mstype
+
+    float32 = mstype.float32
+
+    def back(value: Any) -> Any:  # compiled by jit: no import inside
+        if isinstance(value, Tensor) and value.dtype == float32:
+            return value.astype(dtype)
+        return value
+
+    def cast_back(cell: Any, inputs: Any, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return tuple([back(v) for v in output])
+        if isinstance(output, list):
+            return [back(v) for v in output]
+        if isinstance(output, dict):
+            return {k: back(v) for k, v in output.items()}
+        return back(output)
+
+    return cast_back
+
+
+def keep_in_float32(root: Any, classes: Sequence[type], back_to: Any = None) -> int:
     """Make every Cell under ``root`` whose class is listed compute in float32; return how many.
 
     ``cell.to_float(float32)`` marks the instance and all its children:
     MindSpore then casts the floating inputs and Parameters that the Cell uses
-    to float32 (PyNative and ``mindspore.jit`` alike), and its output stays
-    float32; the next float16 Cell casts it back for itself. The parent's own
-    ops on that output run in float16 in PyNative (which casts each op to its
-    Cell's type) and in float32 under ``jit`` (which casts a Cell's inputs
-    only); ``_OutputTo16`` had handed on float16 to both. Nothing wraps the
+    to float32 (PyNative and ``mindspore.jit`` alike), and its output is
+    float32 unless ``back_to`` casts it back. Nothing wraps the
     Cell, so a tuple or dict output, keyword arguments, a parent that reads
     its attributes (``MultiheadAttention`` reads ``out_proj.weight``) and an
     instance used twice all work (``custom_mixed_precision``'s ``_OutputTo16``
@@ -144,6 +173,11 @@ def keep_in_float32(root: Any, classes: Sequence[type]) -> int:
     Parameters itself computes with them in its own dtype: black-listing
     ``Dense`` does not keep ``MultiheadAttention``'s ``out_proj`` product in
     float32, since it never calls ``out_proj``.
+
+    ``back_to`` (O2, O3: the level's dtype): each outermost listed Cell hands
+    its outputs back in that dtype (:func:`output_back_to`, a forward hook), as
+    MindSpore's own black list does, so the parent computes as it would with
+    ``custom_mixed_precision``.
 
     Under O2, MindSpore's default black list is wrapped in ``_OutputTo16``,
     which casts the output back to float16; inside a listed Cell that wrapper
@@ -157,9 +191,15 @@ def keep_in_float32(root: Any, classes: Sequence[type]) -> int:
     listed = tuple(classes)
     if not listed:
         return 0
-    found: list[Any] = [cell for _, cell in root.cells_and_names() if isinstance(cell, listed)]
+    named: list[tuple[str, Any]] = [(n, c) for n, c in root.cells_and_names() if isinstance(c, listed)]
+    found: list[Any] = [cell for _, cell in named]
     for cell in found:
         cell.to_float(mstype.float32)
+    if back_to is not None:  # the outermost listed Cells hand their parent the level's dtype
+        names = [name for name, _ in named]
+        for name, cell in named:
+            if not any(name.startswith(f"{other}.") for other in names if other):
+                cell.register_forward_hook(output_back_to(back_to))
     for cell in found:
         for _, inner in list(cell.cells_and_names()):
             unwrapped = False
