@@ -70,6 +70,21 @@ class TrialConfig:
     #: an FP32 prefix run: train ``steps`` steps, then hand back a snapshot of the state
     save_snapshot: bool = False
 
+    @classmethod
+    def fp32(cls, workload: str, seed: int, steps: int, **settings: Any) -> TrialConfig:
+        """A plain FP32 run (O0: no black list, clip or loss scale), not localized: a prefix or a profile."""
+        return cls(
+            workload=workload,
+            steps=steps,
+            amp_level=FP32_LEVEL,
+            black_list=(),
+            clip=None,
+            loss_scale="none",
+            dtype="float16",
+            seed=seed,
+            **{"localize": False, **settings},
+        )
+
     def canonical(self) -> dict[str, Any]:
         data = asdict(self)
         data["black_list"] = sorted(self.black_list)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ampsweep.contracts import FLOAT16_MAX, FP32_LEVEL, static_scale_for
+from ampsweep.contracts import FLOAT16_MAX, static_scale_for
 
 from .._config import TrialConfig
 from ..localization._replay import _ensure_pynative, _Replay, _restore_mode
@@ -136,18 +136,8 @@ def profile(
     ``graphs``: a worker's compiled steps; when it has the FP32 graph, the
     steps between samples run on it instead of on a graph compiled here.
     """
-    config = TrialConfig(
-        workload=workload_ref,
-        workload_args=dict(workload_args or {}),
-        steps=steps,
-        abort_after=steps,
-        amp_level=FP32_LEVEL,
-        black_list=(),
-        clip=None,
-        loss_scale="none",
-        dtype="float16",
-        seed=seed,
-        localize=False,
+    config = TrialConfig.fp32(
+        workload_ref, seed, steps, workload_args=dict(workload_args or {}), abort_after=steps
     )
     if checkpoint is not None:
         snapshot = "profile-" + snapshot_id(checkpoint)

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampsweep.contracts import CHECKPOINT_SNAPSHOT, FP32_LEVEL, PREFIX_SNAPSHOT
+from ampsweep.contracts import CHECKPOINT_SNAPSHOT, PREFIX_SNAPSHOT
 from ampsweep.jobs import (
     TrialConfig,
     Workload,
@@ -51,19 +51,13 @@ class StartPoint:
 
 def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:
     """The FP32 run whose end state every trial of ``seed`` starts from."""
-    return TrialConfig(
-        workload=spec.workload,
+    return TrialConfig.fp32(
+        spec.workload,
+        seed,
+        steps,
         workload_args=dict(spec.workload_args),
-        steps=steps,
         abort_after=spec.abort_after,
         layer_every=spec.layer_every,
-        localize=False,
-        amp_level=FP32_LEVEL,
-        black_list=(),
-        clip=None,
-        loss_scale="none",
-        dtype="float16",
-        seed=seed,
         save_snapshot=True,
     )
 
