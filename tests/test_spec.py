@@ -28,6 +28,8 @@ BAD_SPECS = [
     ({"workload": "missing_file.py:make"}, "workload", "'missing_file.py:make'", "does not exist"),
     ({"workload": "json:make"}, "workload", "'json'", "no callable 'make'"),
     ({"name": "../escape"}, "name", "'../escape'", "letters, digits"),
+    ({"horizon": 10}, "horizon", "10", "a global step >="),
+    ({"horizon": -5}, "horizon", "-5", "greater than 0"),
 ]
 
 

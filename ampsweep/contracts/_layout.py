@@ -24,9 +24,18 @@ SPEC_FILE = "sweep.yaml"
 SNAPSHOT_FOLDER = "_snapshots"
 #: A snapshot id (``trials.start_from``, the file's name) says where it came from:
 #: ``prefix-<hash of what made it>`` (an FP32 prefix the sweep ran) or
-#: ``ckpt-<hash of the file's bytes>`` (the user's own checkpoint).
+#: ``ckpt-<hash of the file's bytes>`` (the user's own checkpoint), or
+#: ``trial-<trial id>`` (a trial's own end state, which ``horizon`` continues from).
 PREFIX_SNAPSHOT = "prefix-"
 CHECKPOINT_SNAPSHOT = "ckpt-"
+TRIAL_SNAPSHOT = "trial-"
+
+
+def trial_snapshot(trial_id: str) -> str:
+    """The snapshot id of a trial's own end state."""
+    return TRIAL_SNAPSHOT + trial_id
+
+
 PLAN_FILE = "plan.json"
 LOCK_FILE = ".driver.lock"
 PART_FILE = "part-0.parquet"

@@ -31,6 +31,8 @@ from ampsweep.contracts import (
     partition_value,
 )
 
+from ._horizon import continuation_folder, merge_continuations
+
 #: Integer columns that are grouping keys stay exact (nullable Int64); every
 #: other integer becomes float64 so a null is a NaN that arithmetic tolerates.
 _INTEGER_KEYS = ("seed",)
@@ -187,7 +189,11 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     frame["black_list"] = [_normalise_black_list(v) for v in frame["black_list"]]
     frame["black_list_key"] = [black_list_label(v) for v in frame["black_list"]]
     frame = frame.drop_duplicates("trial_id", keep="last")
-    return frame.sort_values("trial_id", kind="stable").reset_index(drop=True)
+    frame = frame.sort_values("trial_id", kind="stable").reset_index(drop=True)
+    # how far each trial held: its continuation to the horizon, where one ran, decides
+    folder = continuation_folder(loc)
+    continued = load_trials(folder) if folder is not None else frame.iloc[0:0]
+    return merge_continuations(frame, continued)
 
 
 def planned_ids(loc: SweepLocation) -> list[str] | None:

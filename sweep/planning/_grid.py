@@ -50,6 +50,9 @@ def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConf
         point = starts.for_seed(seed) if starts is not None else None
         if point is not None:
             config = replace(config, start_step=point.step, start_from=point.snapshot)
+        if spec.horizon is not None and spec.horizon > config.start_step + config.steps:
+            # each trial keeps its end state: the ones the answer depends on continue from it
+            config = replace(config, save_snapshot=True)
         trials.setdefault(config.trial_id, config)
     return list(trials.values())
 

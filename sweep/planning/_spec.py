@@ -168,6 +168,10 @@ class SweepSpec(BaseModel):
     confirm: Confirm = Field(default_factory=Confirm)
     #: fork every trial from a snapshot instead of step 0 (a late divergence)
     start_from: StartFrom | None = None
+    #: the length of the user's real training, as a global step: before the answer is final, the
+    #: recommended configuration (and each runner-up that would replace it) continues from its own
+    #: snapshot to this step. None: where the trials end (``steps``, after ``start_from``'s)
+    horizon: int | None = Field(default=None, gt=0)
 
     @field_validator("name")
     @classmethod
@@ -241,7 +245,38 @@ def parse_spec(data: Any) -> SweepSpec:
     except ValidationError as exc:
         raise validation_error_to_spec_error(exc) from None
     _check_search(spec)
+    _check_horizon(spec)
+    if spec.horizon is None:
+        spec.horizon = trials_end(spec)  # the resolved spec says where the answer must hold
     return spec
+
+
+def trials_end(spec: SweepSpec) -> int | None:
+    """The global step the grid's trials end at; None where a checkpoint decides where they start."""
+    start = spec.start_from
+    if start is None:
+        return spec.steps
+    if start.steps is not None:
+        return start.steps + spec.steps
+    return None if start.step is None else start.step + spec.steps
+
+
+def _check_horizon(spec: SweepSpec) -> None:
+    """A horizon before the trials' end would ask for less than the sweep already runs."""
+    end = trials_end(spec)
+    if spec.horizon is not None and end is not None and spec.horizon < end:
+        raise SpecError(
+            "horizon",
+            spec.horizon,
+            f"a global step >= {end:,}, where the trials end (the length of your real training)",
+        )
+    if spec.horizon is not None and end is not None and spec.horizon > end and spec.search == "adaptive":
+        raise SpecError(
+            "horizon",
+            spec.horizon,
+            f"at most {end:,} with search: adaptive (its confirmation round runs confirm.steps_factor "
+            "times longer); use search: grid to continue the answer to the horizon",
+        )
 
 
 def _check_search(spec: SweepSpec) -> None:

@@ -33,6 +33,7 @@ from ampsweep.contracts import (
     trial_folder,
     trial_row_path,
 )
+from ampsweep.contracts._layout import trial_snapshot
 from ampsweep.jobs import Baseline, TrialConfig, TrialResult
 
 from .._errors import OutOfSpace, is_out_of_space
@@ -253,8 +254,17 @@ class SweepStore:
             self.fs.delete_dir(path)
 
     def commit(self, result: TrialResult, *, equivalent_to: str | None = None, attempts: int = 1) -> None:
-        """Write one finished trial, adding the columns the driver owns; the ``trials/`` row goes last."""
+        """Write one finished trial, adding the columns the driver owns; the ``trials/`` row goes last.
+
+        A trial that hands back its end state (``save_snapshot``: a sweep with a
+        ``horizon`` past its trials) leaves it in the snapshot folder as
+        ``trial-<id>``, before its row: a committed trial's snapshot is always
+        there to continue from. A copy (``attempts`` 0) has none of its own:
+        its source's is the same state.
+        """
         trial_id = result.trial_id
+        if result.snapshot is not None and attempts:
+            self.write_snapshot(trial_snapshot(trial_id), result.snapshot)
         tables = {"steps": result.steps, "layers": result.layers, "anomalies": result.anomalies}
         for table_name in PER_TRIAL_TABLES:
             self.clear_trial_folder(table_name, trial_id)
