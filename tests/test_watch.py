@@ -349,3 +349,36 @@ def test_a_factory_in_the_running_script_is_not_loaded_twice(tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.count("TRAINING STARTS") == 1, ran.stdout
     assert json.loads((tmp_path / "watch" / "watch.json").read_text())["class"] == "Magnitude"
+
+
+# --- the horizon of the written spec --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("planned", "horizon", "said"), [(5000, 5000, "planned length"), (None, 2834, "planned_steps")]
+)
+def test_the_written_spec_continues_the_answer_to_the_trainings_length(tmp_path, planned, horizon, said):
+    """A late failure: the spec's trials end soon after it; its horizon is the training's planned length,
+    or (not known) twice the failing step, and the spec says which."""
+    from ampsweep.jobs.watch._watch_report import Finding, horizon_note, spec_for
+    from ampsweep.jobs.watch._watch_snapshots import Policy, Snapshot
+
+    snapshot = Snapshot(step=1400, path=tmp_path / "step-1400.ckpt")
+    finding = Finding(cell="softmax", cell_class="ExpSoftmax", phase="forward", replay_step=1417)
+    spec = spec_for("m:make", {}, 0, Policy("O2"), snapshot, 1417, finding, tmp_path, planned=planned)
+    assert spec["horizon"] == horizon
+    assert spec["horizon"] > snapshot.step + spec["steps"]
+    assert said in horizon_note(spec, planned)
+    parse_spec(spec)  # a valid sweep: the horizon lies past the trials' end
+
+
+def test_model_train_tells_the_watch_its_planned_length(tmp_path):
+    from mindspore.train import Model
+
+    ms.set_seed(0)
+    workload = build_workload(OVERFLOW, 0, {})
+    optimizer = workload.optimizer(workload.network.trainable_params())
+    model = Model(workload.network, workload.loss_fn, optimizer)
+    watch = _watch(tmp_path, snapshot_every=1000)
+    model.train(2, _dataset(15), callbacks=[watch], dataset_sink_mode=False)
+    assert watch.planned_steps == 30

@@ -105,6 +105,10 @@ class Watch:
             and the first of the spec's seeds).
         amp_level: the AMP level in use, when reading it off the network is not
             enough (``None``: read it off the network).
+        planned_steps: how many steps this training is meant to run, the
+            spec's ``horizon`` (``None``: ``Model.train``'s epochs × steps per
+            epoch; a hand-written loop that does not say gets a horizon well
+            past the failure, and the spec says so).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Watch:
@@ -128,6 +132,7 @@ class Watch:
         *,
         seed: int = 0,
         amp_level: str | None = None,
+        planned_steps: int | None = None,
     ) -> None:
         self.snapshot_every = _positive_int("snapshot_every", snapshot_every)
         self.keep = _positive_int("keep", keep)
@@ -143,6 +148,10 @@ class Watch:
             raise ValueError(f"Watch: seed must be an int, got {seed!r}")
         if amp_level is not None and amp_level not in ("O0", "O1", "O2", "O3"):
             raise ValueError(f"Watch: amp_level must be one of O0, O1, O2, O3 or None, got {amp_level!r}")
+        if planned_steps is not None:
+            _positive_int("planned_steps", planned_steps)
+        #: the training's planned length in steps: the written spec's ``horizon``
+        self.planned_steps = planned_steps
         self.workload = _check_workload(workload)
         self.workload_args = dict(workload_args or {})
         self.out = Path(out)
@@ -231,6 +240,10 @@ class Watch:
         self._optimizer = params.get("optimizer")
         self._loss_scale = loss_scale_of(params.get("loss_scale_mananger"))  # MindSpore's spelling
         self._last_snapshot = int(params.get("cur_step_num") or 0)
+        if self.planned_steps is None:  # what Model.train was asked for: its epochs × steps per epoch
+            epochs, per_epoch = params.get("epoch_num"), params.get("batch_num")
+            if isinstance(epochs, int) and isinstance(per_epoch, int) and epochs > 0 and per_epoch > 0:
+                self.planned_steps = epochs * per_epoch
 
     def on_train_step_end(self, run_context: Any) -> None:
         """One step (or one sink of steps) ended: ``net_outputs`` is its loss, already computed."""
@@ -258,7 +271,7 @@ class Watch:
         return detected
 
     def _fire(self, failed_at: int) -> None:
-        from ._watch_report import Finding, localize_from, one_line, spec_for, write_outputs
+        from ._watch_report import Finding, horizon_note, localize_from, one_line, spec_for, write_outputs
 
         started = time.perf_counter()
         self.first_nonfinite_step = failed_at
@@ -271,9 +284,18 @@ class Watch:
         except Exception as exc:  # noqa: BLE001 - the spec is still worth writing
             finding = Finding(note=f"the replay failed: {type(exc).__name__}: {exc}".splitlines()[0])
         spec = spec_for(
-            self.workload, self.workload_args, self.seed, policy, snapshot, failed_at, finding, self.out
+            self.workload,
+            self.workload_args,
+            self.seed,
+            policy,
+            snapshot,
+            failed_at,
+            finding,
+            self.out,
+            planned=self.planned_steps,
         )
         extra = {
+            "horizon_note": horizon_note(spec, self.planned_steps),
             "workload": self.workload,
             "seed": self.seed,
             "seconds": round(time.perf_counter() - started, 2),

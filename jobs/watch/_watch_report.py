@@ -32,6 +32,8 @@ MARGIN_FACTOR = 2
 CLIPS = (1.0, 5.0)
 #: seeds in the spec: the one the user's run was built with, and this many more
 EXTRA_SEEDS = 2
+#: without the training's planned length, the written spec's horizon is this many times the failing step
+HORIZON_FACTOR = 2
 #: the replay runs this many steps past the user's failure step before it gives up
 RETRY_STEPS = 100
 
@@ -148,6 +150,7 @@ def spec_for(
     failed_at: int,
     finding: Finding,
     out: Path,
+    planned: int | None = None,
 ) -> dict[str, Any]:
     """The sweep that answers this failure: the policy in use and O0 × [] and [class] × clips × seeds.
 
@@ -155,6 +158,12 @@ def spec_for(
     ``out``) and trains past the failure with a margin, so the other seeds,
     whose batches differ, reach it too. With no Cell named it lets
     ``search: adaptive`` find the black list.
+
+    ``horizon`` is ``planned``, the training's own length, so the answer is
+    continued to where the user's training really ends; without it, well past
+    the failure (:data:`HORIZON_FACTOR` times its step), and the spec's
+    ``horizon_note`` says so. An adaptive search confirms by its own longer
+    round instead.
     """
     start = snapshot.step if snapshot is not None else 0
     # the sweep's compiled step may break later than the user's graph did: reach past both
@@ -176,10 +185,27 @@ def spec_for(
     spec["steps"] = distance + max(MARGIN_STEPS, MARGIN_FACTOR * distance)
     if snapshot is not None:
         spec["start_from"] = {"checkpoint": os.path.relpath(snapshot.path, out), "step": snapshot.step}
-    if finding.cell_class is None and policy.amp_level != FP32_LEVEL:
+    adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL
+    if adaptive:
         spec["search"] = "adaptive"
+    end = start + spec["steps"]
+    horizon = planned if planned is not None else HORIZON_FACTOR * failed_at
+    if not adaptive and horizon > end:
+        spec["horizon"] = horizon
     spec["grid"] = grid
     return spec
+
+
+def horizon_note(spec: dict[str, Any], planned: int | None) -> str | None:
+    """Where the written spec's horizon came from, in one line (None: it has none)."""
+    if "horizon" not in spec:
+        return None
+    if planned is not None:
+        return f"horizon {spec['horizon']:,}: the training's planned length"
+    return (
+        f"horizon {spec['horizon']:,}: {HORIZON_FACTOR}x the failing step (the training's planned length "
+        "was not known: pass Watch(planned_steps=...) to set it)"
+    )
 
 
 def write_outputs(
@@ -198,6 +224,8 @@ def write_outputs(
         f"# written by ampsweep.Watch: the loss was first non-finite at step {failed_at}\n"
         f"# run it with: ampsweep run {spec_path} --out {out / 'runs'}\n"
     )
+    if extra.get("horizon_note"):
+        header += f"# {extra['horizon_note']}\n"
     spec_path.write_text(header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
     report = {
         "first_nonfinite_step": failed_at,
