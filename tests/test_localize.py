@@ -294,3 +294,25 @@ def test_a_worker_without_the_fp32_graph_compiles_it_once_for_its_twins_and_find
         return {**row, "note": re.sub(r"replayed on \w+ in [0-9.]+ s", "", row["note"] or "")}
 
     assert timeless(found) == timeless(again)
+
+
+FUNCTIONAL = f"{WORKLOADS / 'functional_overflow.py'}:make"
+ENCODER = "ampsweep.jobs.workloads.encoder_classifier:make"
+
+
+def test_an_overflow_in_a_functional_op_names_the_cell_that_ran_it_not_the_child_that_received_it():
+    """mindcv's Attention shape: q @ k overflows, the NaN reaches a child Cell first (issue 41, item 5)."""
+    config = _config(FUNCTIONAL)
+    row = _one_row(localize(config, config.workload, mode="nonfinite"))
+    assert (row["cell"], row["cell_class"], row["phase"]) == ("attention", "ScoredAttention", "forward")
+
+
+def test_mindspores_own_attention_is_named_not_the_encoder_layer_around_it():
+    """nn.TransformerEncoderLayer's scores overflow inside nn.MultiheadAttention (functional ops only)."""
+    config = _config(ENCODER, steps=5)
+    row = _one_row(localize(config, config.workload, mode="nonfinite"))
+    assert (row["cell"], row["cell_class"], row["phase"]) == (
+        "encoder.self_attn",
+        "MultiheadAttention",
+        "forward",
+    )

@@ -125,6 +125,8 @@ class Event:
     incoming_finite: bool = True  # backward: was the gradient arriving at the output finite?
     forward_call: int = 0  # backward: which forward call of this Cell the gradient belongs to
     input_max_abs: float | None = None  # forward: max |x| of the finite part of the inputs
+    #: forward: every floating input was finite (False: the value broke before this Cell was called)
+    inputs_finite: bool = True
     array: np.ndarray | None = None  # forward output, kept only when comparing
     #: forward, only when finite inputs gave a non-finite output: the Cell and its inputs,
     #: so a primitive-level replay can look inside it (``jobs.localization._inside``)
@@ -214,6 +216,7 @@ class CellProbe:
                     array=array,
                     forward_call=call,
                     input_max_abs=None if inputs is None else inputs.max_abs,
+                    inputs_finite=inputs is None or inputs.finite,
                     cell=cell if inside else None,
                     inputs=tuple(args) if inside else None,
                 )
@@ -252,8 +255,23 @@ class CellProbe:
         return hook
 
     def first_nonfinite(self, phase: str) -> Event | None:
-        """The first report of ``phase`` whose tensor holds inf or NaN."""
-        return next((e for e in self.events if e.phase == phase and not e.stats.finite), None)
+        """The first report of ``phase`` whose tensor holds inf or NaN: forward, the first Cell that
+        turned finite inputs into a non-finite output.
+
+        That is the innermost Cell whose own computation broke, so keeping it in
+        FP32 can help. A Cell that only received the broken value comes first in
+        the hooks' order, yet is not it: an overflow in a functional op of
+        mindcv's ``Attention`` (``q @ k``) reaches its ``attn_drop`` Dropout as
+        NaN, and the Dropout reports before the Attention that called it.
+        Without such a Cell (every broken output had broken inputs, e.g. a
+        non-finite batch), the first broken output.
+        """
+        broken = [e for e in self.events if e.phase == phase and not e.stats.finite]
+        if phase == "forward":
+            own = next((e for e in broken if e.inputs_finite), None)
+            if own is not None:
+                return own
+        return broken[0] if broken else None
 
     def find(self, name: str, phase: str, call: int) -> Event | None:
         return next((e for e in self.events if e.name == name and e.phase == phase and e.call == call), None)
