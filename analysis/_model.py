@@ -147,10 +147,65 @@ class Localization:
 
 
 @dataclass(frozen=True)
+class HeldPast:
+    """A configuration that stayed finite past the step where FP32 broke, on the seeds where it broke."""
+
+    label: str  # the configuration's name, as the ranking shows it ("FP32 · clip 1.0")
+    config_id: str
+    amp_level: str
+    clip: float | None
+    #: seeds it stayed finite past FP32's break, of ``n_seeds`` (the seeds where FP32 broke that it ran)
+    n_held: int
+    n_seeds: int
+    #: the step it stayed finite to, on every seed it held (its last step + 1: the steps it ran)
+    held_to: int
+
+
+@dataclass(frozen=True)
+class BrokeToo:
+    """Another FP32 configuration (a clip, say) that went non-finite as well, and where."""
+
+    label: str
+    config_id: str
+    clip: float | None
+    n_broken: int
+    n_seeds: int
+    #: median first non-finite step over its seeds that broke
+    step: float | None
+
+
+@dataclass(frozen=True)
+class Fp32Break:
+    """FP32 itself went non-finite: the sweep's first fact, before anything about mixed precision.
+
+    When the FP32 baseline diverges on a seed, the cause is not mixed
+    precision: the answer says so first, names the Cell that broke in float32
+    (``localization``, from a replay of the FP32 trial), shows what stayed
+    finite where it broke (``held``) and what broke as well (``broke_too``),
+    and never offers "keep FP32" as the fix.
+    """
+
+    label: str  # the FP32 baseline's name ("FP32")
+    config_id: str
+    #: median first non-finite step over the seeds that broke; None when not recorded
+    step: float | None
+    #: the first non-finite step of each seed that broke
+    steps: dict[Any, float]
+    n_broken: int
+    n_seeds: int
+    localization: Localization | None = None
+    held: tuple[HeldPast, ...] = ()
+    broke_too: tuple[BrokeToo, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return clean(asdict(self))
+
+
+@dataclass(frozen=True)
 class NextSweep:
     """What the sweep lacked and how the next one adds it."""
 
-    cause: str  # underflow | overflow | no_learning
+    cause: str  # fp32 | underflow | overflow | no_learning
     why: str  # one sentence: the evidence
     change: str  # what the next spec changes, in words
     grid: dict[str, list[Any]]  # the grid axes the next spec sets
@@ -204,6 +259,8 @@ class Recommendation:
     answer: tuple[str, ...] = ()
     #: no answer: what the sweep lacked and the next sweep to run (``analysis.wording._next_sweep``)
     next_sweep: NextSweep | None = None
+    #: FP32 itself went non-finite on some seed: the answer opens with that, not with a remedy
+    fp32_break: Fp32Break | None = None
 
     @property
     def text(self) -> str:

@@ -113,16 +113,32 @@ def _num(value: float | None) -> str:
 
 #: what the report says where the replay has no FP32 maximum to compare with
 NO_FP32_VALUE = "no FP32 value at that step"
+#: ... and where the FP32 replay had itself gone non-finite before that step
+FP32_ALREADY_BROKE = "FP32 had already gone non-finite by that step"
+#: The replay's notes (``jobs.localization``) that say why there is no FP32 value: the trial
+#: was FP32 itself (``FP32_ITSELF_NOTE``), or its FP32 twin broke first (``compare_with_fp32``).
+#: The analysis reads only Parquet, so it matches the words, not an import.
+_NOTE_FP32_ITSELF = "FP32 itself"
+_NOTE_FP32_BROKE_FIRST = "FP32 replay went non-finite before this step"
 
 
-def fp32_words(value: float | None) -> str:
-    """'FP32 310', or 'no FP32 value at that step' (never a bare question mark)."""
-    return NO_FP32_VALUE if value is None else f"FP32 {_num(value)}"
+def in_fp32(loc: Localization) -> bool:
+    """Whether the localized trial was FP32 itself (O0): there is no FP32 to compare it with."""
+    return _NOTE_FP32_ITSELF in loc.note
 
 
-def versus_fp32(value: float | None) -> str:
-    """' vs FP32 310' after a maximum, or ' (no FP32 value at that step)'."""
-    return f" ({NO_FP32_VALUE})" if value is None else f" vs FP32 {_num(value)}"
+def fp32_words(value: float | None, loc: Localization | None = None) -> str:
+    """'FP32 310', or why there is none (never a bare question mark)."""
+    if value is not None:
+        return f"FP32 {_num(value)}"
+    return FP32_ALREADY_BROKE if loc is not None and _NOTE_FP32_BROKE_FIRST in loc.note else NO_FP32_VALUE
+
+
+def versus_fp32(value: float | None, loc: Localization | None = None) -> str:
+    """' vs FP32 310' after a maximum, ' (no FP32 value at that step)', or nothing for an FP32 trial."""
+    if loc is not None and in_fp32(loc):
+        return ""
+    return f" ({fp32_words(None, loc)})" if value is None else f" vs FP32 {_num(value)}"
 
 
 def seed_list(seeds: tuple[object, ...]) -> str:
@@ -171,13 +187,21 @@ def overflowed_inside(loc: Localization) -> bool:
     return loc.max_abs is not None and loc.max_abs < BOUNDED_SHARE * FLOAT16_MAX
 
 
+#: Inner primitives that return NaN on a finite input out of their domain, not by overflowing.
+_OUT_OF_DOMAIN = {"sqrt": "a negative input", "log": "an input at or below zero"}
+
+
 def inner_sentence(loc: Localization, where: str = "") -> str:
     """'the `exp` inside ExpSoftmax overflowed float16 (input max 11.3 > ln 65504)', or the plain fallback.
 
-    ``where`` names the Cell (default: its class, else its name).
+    ``where`` names the Cell (default: its class, else its name). A ``sqrt``
+    that returned NaN did not overflow: its input went negative (a variance
+    computed as E[x^2] - E[x]^2 that cancelled, say), and the sentence says so.
     """
     dtype = _dtype(loc.output_dtype or loc.input_dtype)
     where = where or loc.cell_class or loc.cell
+    if loc.inner_op.lower() in _OUT_OF_DOMAIN:
+        return f"the `{loc.inner_op}` inside {where} got {_OUT_OF_DOMAIN[loc.inner_op.lower()]} and returned NaN in {dtype}"
     if loc.inner_op:
         text = f"the `{loc.inner_op}` inside {where} overflowed {dtype}"
         limit = overflow_limit(loc.inner_op, dtype)
@@ -187,10 +211,15 @@ def inner_sentence(loc: Localization, where: str = "") -> str:
             else:
                 text += f" (input max {_num(loc.inner_max_abs)})"
         return text
-    inputs = "" if loc.input_max_abs is None else f", input max|x| {_num(loc.input_max_abs)}"
+    inputs = "" if loc.input_max_abs is None else f"input max|x| {_num(loc.input_max_abs)}"
+    figures = ", ".join(x for x in ("" if in_fp32(loc) else fp32_words(loc.fp32_max_abs, loc), inputs) if x)
+    if not loc.max_abs:  # nothing finite left in the output: no bound to quote
+        return f"the overflow happened inside {where}: its {dtype} output went non-finite" + (
+            f" ({figures})" if figures else ""
+        )
     return (
         f"the overflow happened inside {where}: its output went NaN while its finite values stayed at "
-        f"max|x| {_num(loc.max_abs)} ({fp32_words(loc.fp32_max_abs)}{inputs})"
+        f"max|x| {_num(loc.max_abs)}" + (f" ({figures})" if figures else "")
     )
 
 
@@ -211,10 +240,14 @@ def localization_phrase(loc: Localization) -> str:
     elif lost_precision(loc):
         evidence = (
             f"{_dtype(loc.output_dtype)} output finite but max|x| {_num(loc.max_abs)}"
-            f"{versus_fp32(loc.fp32_max_abs)}, the overflow follows from it"
+            f"{versus_fp32(loc.fp32_max_abs, loc)}, the overflow follows from it"
         )
     else:
-        evidence = f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)}{versus_fp32(loc.fp32_max_abs)}"
+        evidence = (
+            f"{_dtype(loc.output_dtype)} max|x| {_num(loc.max_abs)}{versus_fp32(loc.fp32_max_abs, loc)}"
+        )
+        if in_fp32(loc):
+            evidence = f"non-finite in {_dtype(loc.output_dtype)} (FP32 itself), {evidence}"
     return f"{head}, {evidence}, {_seeds(loc.seeds)}"
 
 

@@ -26,6 +26,9 @@ from .._model import (
     STATUS_NO_STABLE,
     STATUS_NO_TRIALS,
     STATUS_RECOMMENDED,
+    BrokeToo,
+    Fp32Break,
+    HeldPast,
     Localization,
     Recommendation,
     clean,
@@ -38,7 +41,7 @@ from ._neighbours import config_dict, neighbours, row_facts, summary
 from ._next_sweep import diagnose
 from ._rank import clip_phrase, progress_phrase, runs, seed_picks
 
-__all__ = ["clean", "culprit", "describe", "fp32_row", "kind_recommendation", "next_steps"]
+__all__ = ["clean", "culprit", "describe", "fp32_break", "fp32_row", "kind_recommendation", "next_steps"]
 
 #: With fewer seeds than this the report says how rare a divergence could hide.
 FEW_SEEDS = 5
@@ -154,6 +157,89 @@ def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] |
         "text": f"next stable configuration, #{int(other['rank'])} {other['label']}: {other['rule']}",
     }
     return facts, undecided
+
+
+def _trials_of(row: pd.Series, scores: pd.DataFrame) -> pd.DataFrame:
+    return scores[scores["trial_id"].isin(str(row["trial_ids"]).split())]
+
+
+def _seed_steps(trials: pd.DataFrame) -> dict[Any, float]:
+    """Seed -> first non-finite step, for the trials that diverged."""
+    broke = trials[(trials["outcome"] == "diverged") & trials["first_nonfinite"].notna()]
+    return {seed: float(step) for seed, step in zip(broke["seed"], broke["first_nonfinite"])}
+
+
+def _held_past(row: pd.Series, scores: pd.DataFrame, breaks: dict[Any, float]) -> HeldPast | None:
+    """How ``row`` did on the seeds where FP32 broke: stayed finite past that step on how many."""
+    trials = _trials_of(row, scores)
+    trials = trials[trials["seed"].isin(list(breaks))]
+    if trials.empty:
+        return None
+    finite = trials[(trials["outcome"] == "completed") & trials["first_nonfinite"].isna()]
+    ran_to = finite["last_step"].astype("float64") + 1
+    past = finite[ran_to.to_numpy() > np.array([breaks[s] for s in finite["seed"]])]
+    if past.empty:
+        return None
+    return HeldPast(
+        label=str(row["label"]),
+        config_id=str(row["config_id"]),
+        amp_level=str(row["amp_level"]),
+        clip=None if pd.isna(row["clip"]) else float(row["clip"]),
+        n_held=int(past["seed"].nunique()),
+        n_seeds=int(trials["seed"].nunique()),
+        held_to=int(past["last_step"].astype("float64").min()) + 1,
+    )
+
+
+def fp32_break(ranking: pd.DataFrame, scores: pd.DataFrame) -> Fp32Break | None:
+    """Whether FP32 itself broke on some seed, with what the sweep says about it; None when it did not.
+
+    The FP32 baseline is :func:`fp32_row` (O0, no clip, empty black list when
+    the grid has it). ``held``: every configuration that stayed finite past
+    FP32's first non-finite step on the seeds where FP32 broke (FP32 ones, a
+    clip say, first: they are the direct evidence for a fix in FP32).
+    ``broke_too``: the other FP32 configurations that broke as well.
+    """
+    fp32 = fp32_row(ranking)
+    if fp32 is None or not int(fp32["n_diverged"]):
+        return None
+    steps = _seed_steps(_trials_of(fp32, scores))
+    held = [
+        h
+        for _, row in ranking.iterrows()
+        if row["config_id"] != fp32["config_id"]
+        for h in [_held_past(row, scores, steps)]
+        if h is not None
+    ]
+    held.sort(key=lambda h: (h.amp_level != FP32_LEVEL, -h.n_held / max(h.n_seeds, 1), -h.held_to))
+    broke_too = []
+    for _, row in ranking[ranking["amp_level"] == FP32_LEVEL].iterrows():
+        if row["config_id"] == fp32["config_id"] or not int(row["n_diverged"]):
+            continue
+        median = row["first_nonfinite_step_median"]
+        broke_too.append(
+            BrokeToo(
+                label=str(row["label"]),
+                config_id=str(row["config_id"]),
+                clip=None if pd.isna(row["clip"]) else float(row["clip"]),
+                n_broken=int(row["n_diverged"]),
+                n_seeds=int(row["n_trials"]),
+                step=float(median) if np.isfinite(median) else None,
+            )
+        )
+    median = fp32["first_nonfinite_step_median"]
+    locs = fp32.get("localizations") or []
+    return Fp32Break(
+        label=str(fp32["label"]),
+        config_id=str(fp32["config_id"]),
+        step=float(median) if np.isfinite(median) else None,
+        steps=steps,
+        n_broken=int(fp32["n_diverged"]),
+        n_seeds=int(fp32["n_trials"]),
+        localization=locs[0] if locs else None,
+        held=tuple(held),
+        broke_too=tuple(broke_too),
+    )
 
 
 def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series | None) -> list[str]:
@@ -326,7 +412,9 @@ def _recommended(
     )
 
 
-def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recommendation:
+def _no_stable(
+    ranking: pd.DataFrame, scores: pd.DataFrame, kind: str, broke: Fp32Break | None = None
+) -> Recommendation:
     fp32 = fp32_row(ranking)
     mp = ranking[ranking["amp_level"] != FP32_LEVEL]
     counts = mp["stability"].value_counts()
@@ -347,14 +435,25 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
     if fp32 is not None:
         statements.append(f"{fp32['label']}: {summary(fp32)}")
     cell = culprit(ranking, None)
-    following = diagnose(scores, cell)
+    following = diagnose(scores, cell, broke)
+    if broke is not None:
+        # FP32 is no fallback when it breaks itself: the Cell that broke in float32 is the one to show
+        cell = broke.localization or cell
+        detail = (
+            "FP32 itself breaks on this workload, so neither FP32 nor a mixed-precision setting is the fix: "
+            "make the FP32 run finite first (the next steps say how), then sweep again."
+        )
+    else:
+        detail = (
+            "Keep training in FP32 for now"
+            + (" (code below) " if fp32 is not None else " ")
+            + "and try the next steps listed."
+        )
     return Recommendation(
         device_kind=kind,
         status=STATUS_NO_STABLE,
         headline=NO_STABLE_HEADLINE,
-        detail="Keep training in FP32 for now"
-        + (" (code below) " if fp32 is not None else " ")
-        + "and try the next steps listed.",
+        detail=detail,
         fallback=None if fp32 is None else {"config": config_dict(fp32), "config_id": fp32["config_id"]},
         evidence=clean(
             {"closest": closest, "fp32": None if fp32 is None else row_facts(fp32), "statements": statements}
@@ -364,7 +463,7 @@ def _no_stable(ranking: pd.DataFrame, scores: pd.DataFrame, kind: str) -> Recomm
             f"{following.change} (ready to run: `report/{NEXT_SPEC_FILE}`)"
             if following.has_spec
             else following.change,
-            *next_steps(ranking, scores, cell),
+            *([] if broke is not None else next_steps(ranking, scores, cell)),
         ],
         localization=cell,
         next_sweep=following,
@@ -390,9 +489,27 @@ def kind_recommendation(
             status=STATUS_NO_TRIALS,
             headline="Nothing to recommend: no committed trial could be ranked.",
         )
-    elif not ranking["recommended"].any():
-        rec = _no_stable(ranking, scores, kind)
     else:
-        best = ranking[ranking["recommended"]].iloc[0]
-        rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), loss_placement_recorded)
+        broke = fp32_break(ranking, scores)
+        if not ranking["recommended"].any():
+            rec = _no_stable(ranking, scores, kind, broke)
+        else:
+            best = ranking[ranking["recommended"]].iloc[0]
+            rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), loss_placement_recorded)
+        if broke is not None:
+            rec.fp32_break = broke
+            rec.evidence["fp32_break"] = broke.as_dict()
+            rec.evidence["statements"].insert(0, fp32_break_statement(broke))
     return rec
+
+
+def fp32_break_statement(broke: Fp32Break) -> str:
+    """The evidence list's first item when FP32 broke: where, on how many seeds, what held past it."""
+    at = "" if broke.step is None else f" (first non-finite step median {broke.step:,.0f})"
+    text = f"{broke.label} diverged on {broke.n_broken}/{broke.n_seeds} seeds{at}"
+    if broke.localization is not None:
+        text += f"; localized to {broke.localization.text}"
+    for held in broke.held:
+        text += f"; {held.label} stayed finite to step {held.held_to:,} on {held.n_held}/{held.n_seeds} of those seeds"
+    text += "; the mixed-precision configurations are judged against FP32 only on the steps before it broke"
+    return text

@@ -2,7 +2,10 @@
 
 When no mixed-precision configuration learns like FP32, "keep FP32" is where
 a user starts, not an answer: the evidence already says which remedy the grid
-lacked. Three causes, checked in this order:
+lacked. When FP32 itself broke, that comes first (cause ``fp32``): the fix is to
+the FP32 run (a clip that held, the Cell that broke in float32, the learning
+rate), and the next sweep adds clip thresholds only when the grid never clipped.
+Otherwise three causes, checked in this order:
 
 * **underflow**: the mixed-precision trials are silent failures and float16
   lost most of their gradient values (``underflow`` against FP32's own zeros).
@@ -37,7 +40,7 @@ from ampsweep.contracts import (
     static_scale_for,
 )
 
-from .._model import NEXT_SPEC_FILE, Localization, NextSweep
+from .._model import NEXT_SPEC_FILE, Fp32Break, Localization, NextSweep
 
 __all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
@@ -62,8 +65,52 @@ def _axis(scores: pd.DataFrame, name: str) -> list[Any]:
     return values
 
 
-def diagnose(scores: pd.DataFrame, cell: Localization | None) -> NextSweep:
-    """The cause of a sweep without an answer, from its trials' verdicts, underflow and localization."""
+def _fp32_breaks(scores: pd.DataFrame, broke: Fp32Break) -> NextSweep:
+    """FP32 itself broke: the next sweep is about the FP32 run, never a black list or "keep FP32"."""
+    cell = broke.localization
+    where = (
+        f"{cell.cell} ({cell.cell_class}) went non-finite first in FP32 ({cell.phase})"
+        if cell is not None and cell.cell_class
+        else "the Cell that broke in FP32 was not localized"
+    )
+    at = "" if broke.step is None else f" at step ~{broke.step:,.0f}"
+    why = f"FP32 itself breaks{at} on {broke.n_broken}/{broke.n_seeds} seeds; {where}"
+    fixes = fp32_fixes(broke)
+    held_fp32 = [h for h in broke.held if h.amp_level == FP32_LEVEL]
+    clips = [c for c in _axis(scores, "clip") if c is not None and not pd.isna(c)]
+    if held_fp32 or clips:
+        # clipping was tried: it held (the sweep already shows it) or it did not (the fix is in the code)
+        return NextSweep("fp32", why, fixes, {})
+    norm = scores.loc[scores["reference"], "median_grad_norm"].astype("float64")
+    norm = norm[np.isfinite(norm) & (norm > 0)]
+    grid: dict[str, list[Any]] = {}
+    if len(norm):
+        base = float(norm.median())
+        grid["clip"] = [None, *sorted({float(f"{base * f:.2g}") for f in (1.0, 3.0)})]
+    return NextSweep("fp32", why, fixes, grid)
+
+
+def fp32_fixes(broke: Fp32Break) -> str:
+    """The next step when FP32 breaks, in words: a clip that held first, then the Cell, then the learning rate."""
+    cell = broke.localization
+    change = f"change {cell.cell_class} (`{cell.cell}`)" if cell is not None and cell.cell_class else ""
+    held = [h for h in broke.held if h.amp_level == FP32_LEVEL]
+    if held:
+        clip = f"clip in FP32 ({held[0].label} held)"
+        rest = ", ".join(x for x in (change, "lower the learning rate") if x)
+        return f"{clip}, or {rest}"
+    steps = [x for x in ("lower the learning rate", "clip the gradients in FP32", change) if x]
+    return ", ".join(steps[:-1]) + f" or {steps[-1]}"
+
+
+def diagnose(scores: pd.DataFrame, cell: Localization | None, broke: Fp32Break | None = None) -> NextSweep:
+    """The cause of a sweep without an answer, from its trials' verdicts, underflow and localization.
+
+    ``broke``: FP32 itself went non-finite. That comes first: no mixed-precision
+    remedy (a black list, loss scaling) fixes what already breaks in FP32.
+    """
+    if broke is not None:
+        return _fp32_breaks(scores, broke)
     mixed = _mixed(scores)
     silent = mixed[mixed["verdict"] == Verdict.SILENT.value]
     underflow = (

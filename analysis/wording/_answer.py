@@ -14,6 +14,13 @@ the link to report.html).
 3. how sure: what was measured, in plain words: how many seeds it was stable
    on, whether the runner-up is within seed noise of it (then either works),
    and how many of the other configurations broke.
+
+When FP32 itself broke, no mixed-precision remedy and no "keep FP32" is the
+answer: the first line says that FP32 breaks, at which step and on how many
+seeds; then where (the Cell that went non-finite in float32), the next step
+(a clip in FP32 that held, the Cell, the learning rate, each with its
+evidence), and what mixed precision did when judged against FP32 only before
+it broke.
 """
 
 from __future__ import annotations
@@ -24,12 +31,21 @@ import pandas as pd
 
 from ampsweep.contracts import FP32_LEVEL, black_list_value, clip_name, loss_scale_name
 
-from .._model import NEXT_SPEC_FILE, STATUS_NO_TRIALS, STATUS_RECOMMENDED, Localization, Recommendation
+from .._model import (
+    NEXT_SPEC_FILE,
+    STATUS_NO_TRIALS,
+    STATUS_RECOMMENDED,
+    Fp32Break,
+    HeldPast,
+    Localization,
+    Recommendation,
+)
 from ..compute import _classes as cls
 from ..compute._anomalies import (
     _dtype,
     _num,
     fp32_words,
+    in_fp32,
     inner_sentence,
     lost_precision,
     overflowed_inside,
@@ -80,14 +96,14 @@ def what_happened(loc: Localization) -> str:
             f"{_who(loc)} loses precision in {dtype} in the forward pass: its output stays finite but reaches "
             f"max|x| {_num(loc.max_abs)}{fp32}, and the overflow follows from it{_where(loc)}"
         )
+    versus = "" if in_fp32(loc) else f", {fp32_words(loc.fp32_max_abs, loc)}"
     if loc.phase == "backward":
         return (
-            f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}, "
-            f"{fp32_words(loc.fp32_max_abs)}){_where(loc)}"
+            f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}"
+            f"{versus}){_where(loc)}"
         )
     return (
-        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}, "
-        f"{fp32_words(loc.fp32_max_abs)}){_where(loc)}"
+        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}{versus}){_where(loc)}"
     )
 
 
@@ -137,21 +153,112 @@ def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -
     return f"How sure: stable on {n}/{n} {runs}; {_runner_up_text(rec)}; {tail}."
 
 
+def _steps_at(step: float | None) -> str:
+    return "" if step is None else f" at step ~{step:,.0f}"
+
+
+def fp32_break_first(broke: Fp32Break) -> str:
+    """'FP32 itself breaks at step ~1,149 on 3/3 seeds: this is not a mixed-precision problem.'"""
+    return (
+        f"{broke.label} itself breaks{_steps_at(broke.step)} on {broke.n_broken}/{broke.n_seeds} seeds: "
+        "this is not a mixed-precision problem."
+    )
+
+
+def _held_words(held: HeldPast, broke: Fp32Break) -> str:
+    """'FP32 · clip 1.0 stayed finite to step 3,000 on 3/3 seeds where FP32 without a clip broke at ~1,149'."""
+    plain = (
+        f"{broke.label} without a clip"
+        if held.amp_level == FP32_LEVEL and held.clip is not None
+        else broke.label
+    )
+    at = "" if broke.step is None else f" at ~{broke.step:,.0f}"
+    return (
+        f"{held.label} stayed finite to step {held.held_to:,} on {held.n_held}/{held.n_seeds} seeds "
+        f"where {plain} broke{at}"
+    )
+
+
+def fp32_next_step(broke: Fp32Break) -> str:
+    """The next step when FP32 breaks: a clip in FP32 that held, else the Cell that broke, else the learning rate.
+
+    Each choice carries its evidence: the clip that stayed finite, or the clips
+    that broke as well (then clipping is no fix), or that clipping was not tried.
+    """
+    loc = broke.localization
+    cell = (
+        f"change {loc.cell_class} (`{loc.cell}`), where FP32 broke"
+        if loc is not None and loc.cell_class
+        else ""
+    )
+    held = [h for h in broke.held if h.amp_level == FP32_LEVEL]
+    if held:
+        rest = ", or ".join(x for x in ("lower the learning rate", cell) if x)
+        return f"Next: clip in FP32: {_held_words(held[0], broke)}; or {rest}."
+    clipped = [b for b in broke.broke_too if b.clip is not None]
+    if clipped:
+        tried = "; ".join(
+            f"{b.label} broke{'' if b.step is None else f' at ~{b.step:,.0f}'} on {b.n_broken}/{b.n_seeds} seeds"
+            for b in clipped[:2]
+        )
+        first = ", or ".join(x for x in (cell, "lower the learning rate") if x)
+        return f"Next: {first}; clipping in FP32 did not help ({tried})."
+    options = [
+        x for x in ("lower the learning rate", "clip the gradients in FP32 (not tried here)", cell) if x
+    ]
+    return "Next: " + ", ".join(options[:-1]) + f" or {options[-1]}."
+
+
+def _fp32_break_lines(rec: Recommendation, loss_placement_recorded: bool) -> list[str]:
+    """After the first line when FP32 breaks: where (the Cell, in float32), the next step, what held in mixed precision."""
+    broke = rec.fp32_break
+    assert broke is not None
+    loc = broke.localization
+    lines = [
+        f"Where it breaks in FP32: {what_happened(loc)}."
+        if loc is not None
+        else "Where it breaks in FP32: not localized (no replay of the FP32 trials was recorded).",
+        fp32_next_step(broke),
+    ]
+    mixed = [h for h in broke.held if h.amp_level != FP32_LEVEL]
+    if rec.status == STATUS_RECOMMENDED and rec.config:
+        mine = next((h for h in mixed if h.config_id == rec.config_id), None)
+        held = f"; {_held_words(mine, broke)}" if mine is not None else ""
+        lines.append(
+            "Mixed precision, judged against FP32 only before it broke: "
+            f"{change_text(rec.config, loss_placement_recorded)}{held}."
+        )
+    elif mixed:
+        lines.append(f"Mixed precision that stayed finite where FP32 broke: {_held_words(mixed[0], broke)}.")
+    return lines
+
+
 def answer_lines(
     rec: Recommendation, ranking: pd.DataFrame, n_trials: int, loss_placement_recorded: bool
 ) -> tuple[str, ...]:
-    """The one to three lines every output opens with (the change, why, how sure)."""
+    """The lines every output opens with: the first says what to do, or that FP32 itself breaks.
+
+    Built as a first line and a list after it, so a line that qualifies the
+    first (how far the answer held, say) goes in as ``after.insert(0, ...)``.
+    When FP32 broke (``rec.fp32_break``) the first line says so, whatever the
+    ranking recommends, and no line offers "keep FP32": FP32 is broken too.
+    """
     if rec.status == STATUS_NO_TRIALS:
         return (rec.headline,)
-    if rec.status == STATUS_RECOMMENDED and rec.config:
+    after: list[str]
+    if rec.fp32_break is not None:
+        first = fp32_break_first(rec.fp32_break)
+        after = _fp32_break_lines(rec, loss_placement_recorded)
+    elif rec.status == STATUS_RECOMMENDED and rec.config:
         first = change_text(rec.config, loss_placement_recorded) + "."
-        why = cause_text(rec)
+        after = [cause_text(rec)]
     elif rec.next_sweep is not None:
         # no answer, but the evidence says what the grid lacked: that is the change to make next
         ready = f" (report/{NEXT_SPEC_FILE})" if rec.next_sweep.has_spec else ""
         first = f"Keep FP32 (O0) for now; next, {rec.next_sweep.change}{ready}."
-        why = f"Why: {rec.next_sweep.why}."
+        after = [f"Why: {rec.next_sweep.why}."]
     else:
         first = "Keep FP32 (O0): no mixed-precision configuration was stable on every seed."
-        why = cause_text(rec)
-    return tuple(line for line in (first, why, confidence_text(rec, ranking, n_trials)) if line)
+        after = [cause_text(rec)]
+    after.append(confidence_text(rec, ranking, n_trials))
+    return tuple(line for line in (first, *after) if line)

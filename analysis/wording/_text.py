@@ -16,6 +16,7 @@ from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, black_list_value, co
 from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, SweepAnalysis
 from ..compute._configs import first_line
 from ..compute._criteria import TIE_RULE, rules_text
+from ..compute._fp32_break import BROKE_AT
 from ..compute._heatmap import divergence_grids
 from ..compute._steps import SPIKE_FACTOR, SPIKE_WINDOW
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
@@ -198,6 +199,9 @@ def counts_items(a: SweepAnalysis) -> list[str]:
             items.append(
                 f"step times{where} were measured on CPU (float16 is emulated): shown, never decisive"
             )
+    judged = fp32_break_sentence(scores)
+    if judged:
+        items.append(judged)
     refs = [(k.device_kind, k.reference) for k in kinds] or [("", a.reference)]
     for kind_name, ref in refs:
         where = f" on {kind_name}" if len(kinds) > 1 else ""
@@ -210,6 +214,21 @@ def counts_items(a: SweepAnalysis) -> list[str]:
                 f"FP32 reference{where}: none (no finite O0 trial), so no relative target or silent-failure check"
             )
     return items
+
+
+def fp32_break_sentence(scores: pd.DataFrame) -> str | None:
+    """Which seeds' trials are judged against FP32 only before FP32 broke, in one sentence; None if none."""
+    if BROKE_AT not in scores.columns or not scores[BROKE_AT].notna().any():
+        return None
+    broke = scores[scores[BROKE_AT].notna()].drop_duplicates("seed").sort_values("seed", kind="stable")
+    at = ", ".join(
+        f"seed {'unknown' if pd.isna(seed) else int(seed)} at step {int(step):,}"
+        for seed, step in zip(broke["seed"], broke[BROKE_AT])
+    )
+    return (
+        f"FP32 broke ({at}): on those seeds every trial is judged against FP32 only on its steps before that "
+        "step (learns like FP32, final loss, steps to target)"
+    )
 
 
 def _localized(kind: KindAnalysis) -> Paragraph | None:
@@ -303,7 +322,7 @@ def _evidence(kind: KindAnalysis, suffix: str) -> list[Section]:
         out.append(Section("Code", 3, _code_blocks(rec.code)))
         out[-1].blocks.append(Paragraph(f"Why it ranks first: {rec.rule}."))
         return out
-    if rec.code:
+    if rec.code and rec.fp32_break is None:  # FP32 broke too: its code is no fallback
         out.append(Section("Code (FP32)", 3, _code_blocks(rec.code)))
     out.append(Section("What to try next", 3, [Bullets(tuple(rec.next_steps))]))
     if rec.undecided:

@@ -1,8 +1,8 @@
 """After a trial: decide whether it needs a culprit, and find it by replay.
 
 A trial that went non-finite (diverged, or completed with steps a static
-loss scale skipped) is replayed up to the step where it failed (past the
-steps a dynamic scaler skipped: those are its work); a trial that
+loss scale skipped), an FP32 one included, is replayed up to the step where
+it failed (past the steps a dynamic scaler skipped: those are its work); a trial that
 stayed finite but learned clearly worse than its FP32 baseline — the driver
 passes that baseline (``jobs.Baseline``) when it has one — is replayed side by side
 with FP32. A replay that itself fails never fails the trial: the trial's own
@@ -38,8 +38,14 @@ if TYPE_CHECKING:
 
 
 def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None] | None:
-    """``(mode, until_step)`` for the replay this trial needs, or None."""
-    if result.outcome == Outcome.FAILED or result.config.amp_level == FP32_LEVEL:
+    """``(mode, until_step)`` for the replay this trial needs, or None.
+
+    An FP32 (``FP32_LEVEL``) trial that went non-finite is replayed too: when
+    FP32 itself breaks the report must name the Cell that broke in float32,
+    because then no mixed-precision remedy is the answer. An FP32 trial never
+    gets a departure replay: it is the baseline a departure is measured from.
+    """
+    if result.outcome == Outcome.FAILED:
         return None
     bad = _first_failure(result)
     if result.outcome == Outcome.DIVERGED or bad is not None:
@@ -48,7 +54,7 @@ def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None]
         return "nonfinite", bad if bad is not None else (
             None if first is None else first - result.config.start_step
         )
-    if _silent(result, baseline):
+    if result.config.amp_level != FP32_LEVEL and _silent(result, baseline):
         return "departure", None
     return None
 

@@ -11,16 +11,19 @@ Two modes, one anomalies row (or none) each:
 
 ``nonfinite``
     Replay the trial under its own policy (AMP level, black list, dtype, loss
-    scale, clip) up to the first step *of the replay* at which a forward output
-    or an input gradient is inf/NaN: the trial's own compiled graph up to its
-    first non-finite step, then PyNative with hooks. The forward pass runs first, so a forward
+    scale, clip; an FP32 trial as itself, O0) up to the first step *of the
+    replay* at which a forward output or an input gradient is inf/NaN: the
+    trial's own compiled graph up to its first non-finite step, then PyNative
+    with hooks. The forward pass runs first, so a forward
     culprit wins over a backward one in the same step; in forward the first
     report is the innermost Cell (hooks fire when a Cell returns), in backward
     the first Cell in backward order. A step whose backward overflows while the
     forward is finite is what a *dynamic* loss scaler is for (it skips the step
     and halves the scale): such steps are counted, not reported, unless the
     replay ends without a forward culprit. Then the same Cell is measured at the
-    same step in an FP32 replay (O0, same seed, batches, loss scale and clip).
+    same step in an FP32 replay (O0, same seed, batches, loss scale and clip);
+    for an FP32 trial there is nothing to compare with (it *is* FP32), and the
+    row says so (``FP32_ITSELF_NOTE``): FP32 breaking is the finding.
 
 ``departure`` (silent failures: finite, but learning worse than FP32)
     Train the trial's policy network in PyNative and, at check steps
@@ -68,6 +71,9 @@ if TYPE_CHECKING:
     from ..training._step import GraphCache
 
 MODES = ("nonfinite", "departure")
+
+#: The note of a finding in an FP32 trial: it broke with nothing cast, so no FP32 twin is replayed.
+FP32_ITSELF_NOTE = "FP32 itself (nothing cast to float16) went non-finite here"
 
 #: Relative L2 error ``||x - x_fp32|| / ||x_fp32||`` above which a Cell's output
 #: departs from FP32. float16 rounding gives ~6e-4 for one Dense and a few 1e-3
@@ -313,10 +319,17 @@ def localize(
             finding = _nonfinite(config, workload_ref, limit, until_step, graphs)
             if finding is None:
                 return _table([])
-            twin = fp32_twin(config, workload_ref, finding, graphs)
-            blame_upstream(finding, twin)
-            compare_with_fp32(finding, finding.forward, twin)
-            if config.amp_level != FP32_LEVEL:
+            if config.amp_level == FP32_LEVEL:
+                # the trial is FP32: there is no other FP32 run to compare it with, and no float16
+                finding.note.append(FP32_ITSELF_NOTE)
+                finding.note.append(
+                    "step of the PyNative replay; the jitted run may go non-finite a step or so apart "
+                    "(fusion changes rounding in float32 too)"
+                )
+            else:
+                twin = fp32_twin(config, workload_ref, finding, graphs)
+                blame_upstream(finding, twin)
+                compare_with_fp32(finding, finding.forward, twin)
                 finding.note.append(
                     "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "
                     "apart (fusion changes rounding)"
@@ -335,4 +348,4 @@ def localize(
         _restore_mode(previous)
 
 
-__all__ = ["localize", "MODES", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]
+__all__ = ["localize", "MODES", "FP32_ITSELF_NOTE", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]
