@@ -8,6 +8,7 @@ commits. Tables travel as Arrow, so the driver writes them without copying.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -18,7 +19,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TR
 
 from ._config import TrialConfig
 from ._placement import Placement
-from .training._amp import fp32_cells_mechanism
+from .training._amp import BlackListNotApplicable, Fp32Part, fp32_cells_mechanism, recorded_fp32_part
 
 
 def _empty(schema: pa.Schema) -> pa.Table:
@@ -56,6 +57,15 @@ class TrialResult:
     #: for a copy: the trial whose rows it took, and why that is exact (``COPY_REASONS``)
     copied_from: str | None = None
     copy_reason: str | None = None
+    #: what the black list kept in FP32 (``fp32_params``, ``fp32_cell_paths``); None: never cast
+    fp32_part: Fp32Part | None = None
+
+    def __post_init__(self) -> None:
+        # The trainer builds a result without it: the cast of this trial's graph in this
+        # process recorded it (``cast_for_trial``). A copy keeps its source's: a copy
+        # computes exactly what its source did, FP32 part included.
+        if self.fp32_part is None:
+            self.fp32_part = recorded_fp32_part(self.config.graph_id)
 
     @property
     def trial_id(self) -> str:
@@ -72,7 +82,25 @@ class TrialResult:
         wall_s: float = 0.0,
         target_loss: float | None = None,
     ) -> TrialResult:
-        """A trial that raised, or that no worker could finish (``error`` is one line)."""
+        """A trial that raised, or that no worker could finish (``error`` is one line).
+
+        Called while handling a :class:`BlackListNotApplicable` (the cast could
+        not keep a listed class in FP32), the outcome is ``not_applicable``
+        with that one line as its reason, and no traceback: the configuration
+        was never tried, which is neither a failure nor a sign of instability.
+        The exception is the one being handled (``sys.exc_info``), so the
+        trainer's single ``except`` needs no second path.
+        """
+        handling = sys.exc_info()[1]
+        if isinstance(handling, BlackListNotApplicable):
+            return cls(
+                config=config,
+                outcome=Outcome.NOT_APPLICABLE,
+                placement=placement,
+                target_loss=target_loss,
+                wall_s=wall_s,
+                error=str(handling),
+            )
         return cls(
             config=config,
             outcome=Outcome.FAILED,
@@ -148,5 +176,7 @@ class TrialResult:
             "finished_at": self.finished_at or datetime.now(timezone.utc),
             "diagnose_s": self.diagnose_s,
             "fp32_cells": fp32_cells_mechanism(config.amp_level, config.black_list),
+            "fp32_params": None if self.fp32_part is None else self.fp32_part.params,
+            "fp32_cell_paths": None if self.fp32_part is None else list(self.fp32_part.paths),
         }
         return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

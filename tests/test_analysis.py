@@ -757,6 +757,7 @@ def test_recommendation_json_schema(tmp_path: Path) -> None:
         "undecided",
         "code",
         "recommendations",
+        "not_applicable",
     ]
     assert doc["schema"] == analysis.RECOMMENDATION_SCHEMA == "ampsweep.recommendation/1"
     assert doc["sweep"] == "unit-sweep" and doc["status"] == "recommended"

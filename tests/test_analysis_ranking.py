@@ -280,7 +280,7 @@ def test_terminal_table_from_the_model(tmp_path: Path) -> None:
     console = Console(file=io.StringIO(), width=200)
     console.print(table)
     out = console.file.getvalue()
-    assert "FP32: X" in out and "recommended" in out and "tied; more FP32 classes" in out and "2 =" in out
+    assert "FP32: X" in out and "recommended" in out and "tied; more in FP32" in out and "2 =" in out
 
 
 def test_rules_text_follows_the_criteria(tmp_path: Path) -> None:

@@ -82,6 +82,12 @@ CASES = [
     ("seed-boolean", _with(grid_seed=[True]), "grid.seed[0]", "integer"),
     ("black-list-not-nested", _with(grid_black_list=["Scaler"]), "grid.black_list[0]", "valid list"),
     ("unknown-layer", _with(grid_black_list=[["Scalar"]]), "grid.black_list[0][0]", "known layer types: "),
+    (
+        "layer-not-in-network",
+        _with(grid_black_list=[[], ["Scaler", "Conv2d"]]),
+        "grid.black_list[1][1]",
+        "no Cell of the workload's network or loss is a Conv2d, so keeping it in FP32 would change nothing",
+    ),
     ("name-traversal", _with(name="../escape"), "name", "letters, digits"),
     ("name-slash", _with(name="a/b"), "name", "letters, digits"),
     ("name-hidden", _with(name=".hidden"), "name", "letters, digits"),

@@ -39,7 +39,7 @@ TRIALS_SCHEMA = pa.schema(
         ("dtype", pa.string()),
         ("seed", pa.int64()),
         ("steps", pa.int64()),  # requested
-        ("outcome", pa.string()),  # completed | diverged | failed
+        ("outcome", pa.string()),  # completed | diverged | failed | not_applicable
         ("steps_run", pa.int64()),
         ("first_nonfinite_step", pa.int64()),  # global step; null = loss always finite
         ("final_loss", pa.float64()),
@@ -70,6 +70,9 @@ TRIALS_SCHEMA = pa.schema(
         ("started_at", pa.timestamp("ms", tz="UTC")),  # worker clock; null = no worker finished it
         ("diagnose_s", pa.float64()),  # seconds of localization replay after training
         ("fp32_cells", pa.string()),  # FP32_CELLS_MECHANISM; null = O0 or an empty black list
+        # elements of the Parameters under the outermost listed Cells: what the black list keeps in FP32
+        ("fp32_params", pa.int64()),  # 0 = nothing (O0, an empty list); null = not recorded
+        ("fp32_cell_paths", pa.list_(pa.string())),  # the outermost listed Cells, e.g. ["encoder.self_attn"]
     ]
 )
 
@@ -147,7 +150,8 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "dtype": "`float16` or `bfloat16`",
         "seed": "seed",
         "steps": "steps requested",
-        "outcome": "`completed`, `diverged` or `failed`",
+        "outcome": "`completed`, `diverged`, `failed` or `not_applicable` (the black list could not be "
+        "applied to the network: the configuration was never tried, and is listed as such, never ranked)",
         "steps_run": "steps recorded",
         "first_nonfinite_step": "first global step with a non-finite loss; null = always finite",
         "final_loss": "mean finite loss over the last 10 % of steps run",
@@ -176,6 +180,14 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "fp32_cells": "how the black list was kept in FP32: `to_float` (`amp.auto_mixed_precision` at the level, "
         "then `cell.to_float(float32)` on every instance of a listed class, subclasses included; under O1 "
         "before the cast); null under O0 or with an empty black list, and in sweeps written before the column",
+        "fp32_params": "how much of the network the black list keeps in FP32: the number of parameter elements "
+        "(not tensors) under the outermost Cells of a listed class, each counted once; 0 under O0 or with an "
+        "empty black list; null where no worker cast the network (a trial that failed first) and in sweeps "
+        "written before the column",
+        "fp32_cell_paths": "the outermost Cells of a listed class, by their path in the network (`encoder` "
+        "keeps `encoder.self_attn` and everything else inside it in FP32; `` is the network itself, "
+        "`loss_fn...` the loss cast with it); the ranking puts a configuration whose paths contain another "
+        "stable one's below it; empty under O0 or with an empty black list, null where not recorded",
         "overflow_mode": "what a float16 overflow became where it ran: `inf_nan` (CPU, GPU, Ascend in INF/NaN mode) or `saturation` (±65504, and NaN as 0: Ascend 910A-era, or `MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE`); `ascend_default` when Ascend ran without that variable. Detection counts a float16 value at ±65504 as an overflow either way",
         "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
         "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",

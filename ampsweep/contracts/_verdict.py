@@ -32,6 +32,9 @@ class Outcome(str, enum.Enum):
     COMPLETED = "completed"  # ran every step
     DIVERGED = "diverged"  # the loss stayed non-finite for ``abort_after`` steps
     FAILED = "failed"  # an exception, or a trial that killed its worker too often
+    #: its black list could not be applied to the network (``keep_in_float32`` raised): the
+    #: configuration was never tried, so it says nothing about stability and is never ranked
+    NOT_APPLICABLE = "not_applicable"
 
 
 class Verdict(str, enum.Enum):
@@ -41,6 +44,8 @@ class Verdict(str, enum.Enum):
     SILENT = "silent"  # completed, finite, but learns clearly worse than FP32
     DIVERGED = "diverged"
     FAILED = "failed"
+    #: the black list could not be applied: not a failure of mixed precision, and not a result
+    NOT_APPLICABLE = "not_applicable"
 
     @property
     def learns_like_fp32(self) -> bool:
@@ -102,6 +107,8 @@ def trial_verdict(
     be worse than.
     """
     outcome = Outcome(outcome)
+    if outcome is Outcome.NOT_APPLICABLE:
+        return TrialVerdict(Verdict.NOT_APPLICABLE, "its black list could not be applied")
     if outcome is Outcome.FAILED:
         return TrialVerdict(Verdict.FAILED)
     if outcome is Outcome.DIVERGED:
@@ -127,14 +134,19 @@ def trial_verdict(
 def configuration_verdict(verdicts: Iterable[TrialVerdict | Verdict]) -> Verdict:
     """A configuration over its seeds: stable only when every seed is.
 
-    Any diverged seed makes it ``DIVERGED``; else any failed seed ``FAILED``;
-    else any silent seed ``SILENT``. A seed that breaks one run in three is a
-    real risk to the user's training, so one bad seed is enough. No seeds at
-    all is ``FAILED`` (nothing ran).
+    A seed whose black list could not be applied makes it ``NOT_APPLICABLE``:
+    the configuration as asked for was never run, so its other seeds are not
+    evidence about it (and it must not count as broken). Otherwise any diverged
+    seed makes it ``DIVERGED``; else any failed seed ``FAILED``; else any
+    silent seed ``SILENT``. A seed that breaks one run in three is a real risk
+    to the user's training, so one bad seed is enough. No seeds at all is
+    ``FAILED`` (nothing ran).
     """
     found = [v.verdict if isinstance(v, TrialVerdict) else Verdict(v) for v in verdicts]
     if not found:
         return Verdict.FAILED
+    if Verdict.NOT_APPLICABLE in found:
+        return Verdict.NOT_APPLICABLE
     for worst in (Verdict.DIVERGED, Verdict.FAILED, Verdict.SILENT):
         if worst in found:
             return worst

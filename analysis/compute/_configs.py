@@ -31,6 +31,7 @@ import pandas as pd
 from ampsweep.contracts import (
     FP32_LEVEL,
     NAME_SEPARATOR,
+    Outcome,
     Verdict,
     black_list_value,
     config_id,
@@ -43,7 +44,7 @@ from ampsweep.contracts import (
 from .._model import CONFIG_KEYS
 from ._anomalies import localizations
 
-__all__ = ["CONFIG_KEYS", "config_scores", "first_line", "varying"]
+__all__ = ["CONFIG_KEYS", "config_scores", "first_line", "not_applicable", "varying"]
 
 #: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
 LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
@@ -154,6 +155,61 @@ def _silent_reason(silent: list[int], reasons: np.ndarray, seeds: np.ndarray, n:
     return f"{len(silent)}/{n} seeds learn clearly worse than FP32 ({each})"
 
 
+def _fp32_part(ranked: pd.DataFrame, idx: np.ndarray) -> tuple[float, tuple[str, ...] | None]:
+    """What the configuration keeps in FP32: parameter elements and outermost Cell paths (NaN, None: unknown).
+
+    Its trials share one graph structure, so the first recorded value is
+    every seed's; a sweep written before the columns has none.
+    """
+    params, paths = float("nan"), None
+    if "fp32_params" in ranked.columns:
+        known = ranked["fp32_params"].iloc[idx].astype("float64").dropna()
+        params = float(known.max()) if len(known) else params
+    if "fp32_cell_paths" in ranked.columns:
+        for value in ranked["fp32_cell_paths"].iloc[idx]:
+            if isinstance(value, (list, tuple, np.ndarray)):
+                return params, tuple(sorted(str(v) for v in value))
+    return params, paths
+
+
+def _not_applicable_configs(scores: pd.DataFrame) -> pd.Series:
+    """Trials of a configuration some of whose trials could not apply their black list.
+
+    Such a configuration was never run as asked, so it is left out of the
+    ranking altogether (its other seeds are not evidence about it) and listed
+    by :func:`not_applicable` instead.
+    """
+    bad = scores["outcome"] == Outcome.NOT_APPLICABLE.value
+    if not bad.any():
+        return pd.Series(False, index=scores.index)
+    keys = [scores[k] for k in CONFIG_KEYS]
+    return bad.groupby(keys, dropna=False).transform("any").astype(bool)
+
+
+def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration whose black list could not be applied: what could not be tried, and why.
+
+    Columns: ``name`` (the configuration, in the one naming style),
+    ``reason`` (the first trial's one-line reason), ``trial_ids``. Empty when
+    every black list could be applied.
+    """
+    columns = ["name", "reason", "trial_ids"]
+    if scores.empty or "outcome" not in scores.columns:
+        return pd.DataFrame(columns=columns)
+    bad = scores[(scores["outcome"] == Outcome.NOT_APPLICABLE.value) & scores["ranked"]]
+    rows = []
+    for _, group in bad.groupby(list(CONFIG_KEYS), dropna=False, sort=True):
+        first = group.iloc[0].to_dict()
+        rows.append(
+            {
+                "name": name_of(first),
+                "reason": _first_error(group["error"]) or "its black list could not be applied",
+                "trial_ids": " ".join(group["trial_id"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
 def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
@@ -167,7 +223,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
     indexing.
     """
     by_trial = {} if anomalies is None or anomalies.empty else dict(tuple(anomalies.groupby("trial_id")))
-    ranked = scores[scores["ranked"]].reset_index(drop=True)
+    ranked = scores[scores["ranked"] & ~_not_applicable_configs(scores)].reset_index(drop=True)
     if ranked.empty:
         return pd.DataFrame()
     num = {
@@ -235,6 +291,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["loss_spikes_median"] = _nanmedian(num["loss_spikes"][idx])
         row["p90_grad_norm_median"] = _nanmedian(num["p90_grad_norm"][idx])
         row["n_black_listed"] = len(row["black_list"])
+        row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])

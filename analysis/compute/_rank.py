@@ -18,6 +18,24 @@ checked class by class: when the same configuration without one of its FP32
 classes exists, is stable on every seed and is tied with it on every criterion
 above "FP32 classes", that smaller one joins its groups and so ranks first on
 fewer FP32 classes; repeated until no class can go.
+
+**Fewer in FP32 is how much of the network, not how many names.** Where the
+criteria compare "FP32 classes", the key is the FP32 part's size: the
+parameter elements under the outermost listed Cells (``fp32_params``), then
+the number of classes; a sweep written before that column is compared by
+classes alone. ``[TransformerEncoderLayer]`` and ``[MultiheadAttention]`` are
+one class each, but the first keeps the feed-forward layers and the norms in
+FP32 too.
+
+**Containment.** A stable configuration whose FP32 part contains another
+stable configuration's (every Cell path of the other lies inside one of its
+own, and they differ) ranks below that one when the two differ only in their
+black list (same level, clip, loss scale, dtype, loss placement, device
+kind), whatever the scores: both learn like FP32, and the larger part only
+costs speed and memory for nothing the verdict measures. Across other
+settings their own criteria decide (a clip in band before none). Its phrase
+says so: "keeps more in FP32 than #1 (TransformerEncoderLayer contains
+MultiheadAttention: ...)".
 """
 
 from __future__ import annotations
@@ -35,11 +53,26 @@ from .._model import CONFIG_KEYS, CONVERGENCE_COLUMNS, PER_SEED_CONVERGENCE, Fp3
 from . import _classes as cls
 from ._anomalies import localizations_phrase
 from ._classes import pct
-from ._criteria import FIRST, RankContext, adopt_rank, order_paths, rank_reason, ties_above_minimal
+from ._criteria import (
+    BY_NAME,
+    FIRST,
+    MINIMAL_LEVEL,
+    RankContext,
+    RankReason,
+    adopt_rank,
+    order_paths,
+    rank_reason,
+    ties_above_minimal,
+)
 from ._load import black_list_label
 
 #: Columns ``rank_configs`` adds (besides the classification ones): why each row's rank is what it is.
-RANK_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above")
+#: ``fp32_contains``: the rank of a stable configuration above whose FP32 part this row's contains (0: none).
+RANK_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above", "fp32_contains")
+#: the criterion whose comparison is the FP32 part's size (its ``decided_by`` value)
+FP32_PART = BY_NAME["n_black_listed"]
+#: decided_by values that order configurations tied on every score
+_AFTER_SCORES = ("n_black_listed", "loss_inside", "loss_scaling", "config_id")
 
 
 def runs(row: Mapping[str, Any]) -> str:
@@ -177,6 +210,80 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
             return paths
 
 
+def _params(row: Mapping[str, Any]) -> float | None:
+    value = row.get("fp32_params")
+    try:
+        value = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _paths(row: Mapping[str, Any]) -> tuple[str, ...] | None:
+    value = row.get("fp32_cell_paths")
+    return tuple(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+
+
+def _inside(path: str, outer: str) -> bool:
+    """``path`` is ``outer`` or a Cell inside it (``""`` is the network itself)."""
+    return outer == "" or path == outer or path.startswith(f"{outer}.")
+
+
+def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(
+        (clip_value(a[k]) == clip_value(b[k])) if k == "clip" else a[k] == b[k]
+        for k in CONFIG_KEYS
+        if k != "black_list_key" and k in a
+    )
+
+
+def contains(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether stable ``a``'s FP32 part strictly contains stable ``b``'s, the rest of the two alike.
+
+    Every Cell path ``b`` keeps in FP32 lies inside (or is) one of ``a``'s, and
+    the two differ. Unknown paths (a sweep written before the column) contain
+    nothing.
+    """
+    if a.get("tier") != cls.TIER_STABLE or b.get("tier") != cls.TIER_STABLE or not _same_settings(a, b):
+        return False
+    mine, theirs = _paths(a), _paths(b)
+    if mine is None or theirs is None or set(mine) == set(theirs):
+        return False
+    return all(any(_inside(p, outer) for outer in mine) for p in theirs)
+
+
+def _fp32_key(row: Mapping[str, Any]) -> tuple[float, int]:
+    """The FP32 part's size, smaller first: parameter elements (0 where unknown), then classes."""
+    return (_params(row) or 0.0, int(row["n_black_listed"]))
+
+
+def _fp32_paths(records: list[dict[str, Any]], paths: list[tuple]) -> list[tuple]:
+    """The sort keys with the "FP32 classes" entry replaced by the FP32 part's size (:func:`_fp32_key`)."""
+    return [p[:MINIMAL_LEVEL] + (_fp32_key(r),) + p[MINIMAL_LEVEL + 1 :] for r, p in zip(records, paths)]
+
+
+def _containment_order(records: list[dict[str, Any]], order: list[int]) -> list[int]:
+    """``order`` changed only so that no stable configuration precedes one whose FP32 part it contains.
+
+    A stable topological sort: each time, the first row in ``order`` whose
+    contained rows are all placed already. Containment is a strict partial
+    order (outermost paths), so some row is always free.
+    """
+    stable = [i for i in order if records[i].get("tier") == cls.TIER_STABLE]
+    after = {i: [j for j in stable if j != i and contains(records[i], records[j])] for i in stable}
+    if not any(after.values()):
+        return order
+    out: list[int] = []
+    placed: set[int] = set()
+    left = list(order)
+    while left:
+        pick = next((i for i in left if all(j in placed for j in after.get(i, ()))), left[0])
+        out.append(pick)
+        placed.add(pick)
+        left.remove(pick)
+    return out
+
+
 def hide_broken_scores(ranking: pd.DataFrame) -> pd.DataFrame:
     """Blank the convergence figures of every configuration with a diverged or failed seed.
 
@@ -219,10 +326,10 @@ def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
 def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tuple[pd.DataFrame, list[tuple]]:
     """``frame`` sorted by the criteria, and each row's sort key (same order)."""
     records = frame.to_dict("records")
-    paths = order_paths(records, ctx)
+    paths = _fp32_paths(records, order_paths(records, ctx))
     if minimal:
         paths = _make_minimal(records, paths, ctx)
-    order = sorted(range(len(records)), key=lambda i: paths[i])
+    order = _containment_order(records, sorted(range(len(records)), key=lambda i: paths[i]))
     return frame.iloc[order].reset_index(drop=True), [paths[i] for i in order]
 
 
@@ -247,14 +354,17 @@ def rank_configs(
     if any_stable_mp:
         frame.loc[int(np.flatnonzero(frame["tier"] == cls.TIER_STABLE)[0]), "recommended"] = True
     records = frame.to_dict("records")
-    reasons = [FIRST] + [
-        rank_reason(records[i], records[i - 1], paths[i], paths[i - 1], i, ctx)
-        for i in range(1, len(records))
-    ]
+    reasons = [FIRST]
+    holders = [0]
+    for i in range(1, len(records)):
+        reason, holder = _fp32_reason(records, paths, i, ctx)
+        reasons.append(reason)
+        holders.append(holder)
     frame["phrase"] = [r.phrase for r in reasons]
     frame["decided_by"] = [r.decided_by for r in reasons]
     frame["tied_on"] = [", ".join(r.tied_on) for r in reasons]
     frame["tied_with_above"] = [r.tied_with_above for r in reasons]
+    frame["fp32_contains"] = holders
     rules = []
     for record, reason in zip(records, reasons):
         text = description(record, any_stable_mp)
@@ -265,6 +375,60 @@ def rank_configs(
         rules.append(f"{text}; {rank_text}")
     frame["rule"] = rules
     return frame
+
+
+def _size_text(row: Mapping[str, Any]) -> str:
+    params = _params(row)
+    return "-" if params is None else f"{params:,.0f}"
+
+
+def _containment_text(row: Mapping[str, Any], inner: Mapping[str, Any], rank: int) -> str:
+    """'keeps more in FP32 than #1 (TransformerEncoderLayer contains MultiheadAttention: 8,544 vs 4,224 parameters
+    in FP32)'."""
+    mine = ", ".join(row["black_list"]) or "nothing"
+    theirs = ", ".join(inner["black_list"]) or "nothing"
+    sizes = ""
+    if _params(row) is not None and _params(inner) is not None:
+        sizes = f": {_size_text(row)} vs {_size_text(inner)} parameters in FP32"
+    return f"keeps more in FP32 than #{rank} ({mine} contains {theirs}{sizes})"
+
+
+def _fp32_reason(
+    records: list[dict[str, Any]], paths: list[tuple], i: int, ctx: RankContext
+) -> tuple[RankReason, int]:
+    """Why row ``i`` is below row ``i - 1``, with the FP32 part in its words; and the rank it contains (0: none).
+
+    :func:`rank_reason` compares the sort keys; where the FP32-part entry
+    decided, its words would say "FP32 classes", so they become the part's
+    size, or the containment. A row that containment put below a row it is
+    ahead of on the keys (module docstring) says only that.
+    """
+    row, above = records[i], records[i - 1]
+    inner = next((k for k in range(i) if contains(row, records[k])), None)
+    if inner is None:
+        reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
+        if reason.decided_by != FP32_PART.name or _params(row) is None:
+            return reason, 0
+        classes = f"{FP32_PART.label}: {FP32_PART.show(row)} vs {FP32_PART.show(above)}"
+        size = f"FP32 part: {_size_text(row)} vs {_size_text(above)} parameters"
+        return _rephrased(reason, FP32_PART.name, reason.phrase.replace(classes, size)), 0
+    contained = _containment_text(row, records[inner], inner + 1)
+    if paths[i] < paths[i - 1]:  # ahead on the keys, below by containment
+        phrase = f"below #{inner + 1} whatever the scores: {contained}"
+        return RankReason(FP32_PART.name, (), False, phrase), inner + 1
+    reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
+    if reason.decided_by not in _AFTER_SCORES:  # a score decided: say the containment too
+        return _rephrased(reason, reason.decided_by, f"{reason.phrase}; it also {contained}"), inner + 1
+    # tied with the row above on every score: the containment is why it is below
+    head = reason.phrase.split("; below it on ")[0].split("; ordered by name")[0].split("; speed vs FP32")[0]
+    head = "" if head.startswith("below #") else head.replace("on every criterion", "on every score")
+    tail = [p for p in reason.phrase.split("; ") if p.endswith("(measured on CPU: shown, never decides)")]
+    phrase = "; ".join([f"{head}; below it: {contained}" if head else f"below #{i}: {contained}", *tail])
+    return _rephrased(reason, FP32_PART.name, phrase), inner + 1
+
+
+def _rephrased(reason: RankReason, decided_by: str, phrase: str) -> RankReason:
+    return RankReason(decided_by, reason.tied_on, reason.tied_with_above, phrase)
 
 
 def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from .._model import SweepAnalysis
 from ..wording._blocks import Bullets, Code, Figure, Paragraph, Section, Table
+from ..wording._not_tried import with_not_tried
 from ..wording._text import PLACED_FIGURES, report_sections, title
 from ._figures import kind_figures
 from ._plot import FigureImage
@@ -158,7 +159,10 @@ def render_html(a: SweepAnalysis, figures: bool = True, images: list[list[Figure
     ``a`` already (the writer's, for failure.png too); drawn here when None.
     """
     renderer = _Renderer(a, figures, images)
-    body = [f"<h1>{_esc(title(a))}</h1>", *[renderer.section(s) for s in report_sections(a)]]
+    body = [
+        f"<h1>{_esc(title(a))}</h1>",
+        *[renderer.section(s) for s in with_not_tried(report_sections(a), a)],
+    ]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .._model import SweepAnalysis
 from ..wording._blocks import Bullets, Code, Figure, Paragraph, Section, Table
+from ..wording._not_tried import with_not_tried
 from ..wording._text import report_sections, title
 
 
@@ -56,6 +57,6 @@ def _section(section: Section) -> list[str]:
 def render_markdown(a: SweepAnalysis) -> str:
     """The report as Markdown: the answer first, then the evidence."""
     lines = [f"# {_md(title(a))}", ""]
-    for section in report_sections(a):
+    for section in with_not_tried(report_sections(a), a):
         lines += _section(section)
     return "\n".join(lines)

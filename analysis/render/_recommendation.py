@@ -23,7 +23,9 @@ Schema ``ampsweep.recommendation/1``::
       "seeds_total": int | null,
       "undecided": [str] | null,
       "code": Code | null,
-      "recommendations": [Recommendation]
+      "recommendations": [Recommendation],
+      "not_applicable": [str]             # configurations whose black list could not be applied: never
+                                          #   trained, never ranked ("name: reason (trials ...)")
     }
 
     Recommendation = {
@@ -121,6 +123,7 @@ from .._model import (
     SweepAnalysis,
     clean,
 )
+from ..wording._not_tried import not_tried_items
 
 SCHEMA = "ampsweep.recommendation/1"
 STATUS_PARTIAL = "partial"
@@ -180,6 +183,7 @@ def recommendation_document(a: SweepAnalysis) -> dict[str, Any]:
     for key in _MIRRORED:
         doc[key] = None if single is None else single.get(key)
     doc["recommendations"] = recs
+    doc["not_applicable"] = not_tried_items(a)
     return clean(doc)
 
 

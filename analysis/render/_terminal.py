@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import pandas as pd
 
 from .._model import TOP_COLUMNS, SweepAnalysis, top_rows
+from ..wording._not_tried import not_tried_items
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -148,5 +149,7 @@ def render_terminal(
     if not result.ranking.empty:
         console.print()
         console.print(terminal_table(result, top))
+    for line in not_tried_items(result):  # never ranked: listed as what could not be tried
+        console.print(Text(f"Could not be tried: {line}"), overflow="fold")
     out = console.file.getvalue()  # type: ignore[attr-defined]
     return "\n".join(line.rstrip() for line in out.splitlines()) + "\n"

@@ -77,7 +77,7 @@ _DECIDED = {
     "steps_to_target": "slower to target",
     "final_loss": "higher final loss",
     "speed": "slower steps",
-    "n_black_listed": "more FP32 classes",
+    "n_black_listed": "more in FP32",
     "loss_inside": "loss inside the cast",
     "loss_scaling": "more loss scaling",
     "config_id": "tied: by name",
@@ -109,6 +109,9 @@ def reason(row: Row) -> str:
     if decided == "clip_class":
         return _CLIP_SHORT.get(int(row["clip_class"]), "clipping")
     words = _DECIDED.get(decided, decided.replace("_", " "))
+    if decided == "n_black_listed" and int(row.get("fp32_contains") or 0):
+        # its FP32 part contains a stable configuration's above it (``analysis.compute._rank``)
+        words = f"more in FP32 than #{int(row['fp32_contains'])}"
     if row.get("tied_on") and decided not in ("config_id",):
         return f"tied; {words}" if words else "tied"
     return words

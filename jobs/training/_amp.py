@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL
@@ -27,6 +28,102 @@ def fp32_cells_mechanism(level: str, black_list: Sequence[Any]) -> str | None:
     where nothing was kept: O0 casts nothing, and an empty list keeps nothing.
     """
     return FP32_CELLS_MECHANISM if level != FP32_LEVEL and len(black_list) else None
+
+
+class BlackListNotApplicable(RuntimeError):
+    """Keeping a listed class in float32 raised: the trial's outcome is ``not_applicable``, not ``failed``.
+
+    The configuration the user asked for could not be built, so it says
+    nothing about mixed precision: it must not count as a broken
+    configuration, and the adaptive search must not read it as "this class in
+    FP32 did not help". The message is one line that names the class and why.
+    """
+
+    def __init__(self, class_name: str, cell_path: str, cause: BaseException) -> None:
+        self.class_name = class_name
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+        # O2 and O3 wrap the network (its Cells sit under `_backbone.`): name the path the user knows
+        where = cell_path.removeprefix("_backbone.") if cell_path != "_backbone" else ""
+        where = where or "the network itself"
+        super().__init__(f"{class_name} cannot be kept in FP32 ({where}): {why}")
+
+
+@dataclass(frozen=True)
+class Fp32Part:
+    """What a black list keeps in FP32: parameter elements, and the paths of the outermost listed Cells.
+
+    The ranking compares configurations by it ("fewer in FP32" is how much of
+    the network, not how many names the list holds) and puts one whose paths
+    contain another's below it (``encoder`` contains ``encoder.self_attn``).
+    """
+
+    params: int = 0
+    paths: tuple[str, ...] = ()
+
+
+#: graph_id -> the FP32 part its cast kept (this process's casts): the trainer builds a
+#: ``TrialResult`` without it, and ``TrialResult`` picks it up here by its config's graph
+_CAST_PARTS: dict[str, Fp32Part] = {}
+
+
+def record_fp32_part(graph_id: str, part: Fp32Part) -> None:
+    """Remember what the cast of ``graph_id`` kept in FP32, for the trials of that graph."""
+    _CAST_PARTS[graph_id] = part
+
+
+def recorded_fp32_part(graph_id: str) -> Fp32Part | None:
+    """What this process's cast of ``graph_id`` kept in FP32; None where it never cast it."""
+    return _CAST_PARTS.get(graph_id)
+
+
+def listed_cells(root: Any, classes: Sequence[type]) -> list[tuple[str, Any]]:
+    """``(path, cell)`` of every Cell under ``root`` (itself included, as ``""``) whose class is listed.
+
+    ``isinstance``: a listed class covers its subclasses. The one rule of what
+    a black list selects, for :func:`keep_in_float32` and :func:`fp32_part`.
+    """
+    listed = tuple(classes)
+    if not listed:
+        return []
+    return [(name, cell) for name, cell in root.cells_and_names() if isinstance(cell, listed)]
+
+
+def outermost(paths: Iterable[str]) -> list[str]:
+    """The paths not inside another of them (``""``, the root, is outside everything)."""
+    paths = list(dict.fromkeys(paths))
+    return [p for p in paths if not any(_inside(p, other) for other in paths if other != p)]
+
+
+def _inside(path: str, outer: str) -> bool:
+    return outer == "" or path.startswith(f"{outer}.")
+
+
+def fp32_part(
+    network: Any, loss_fn: Any, level: str, classes: Sequence[type], loss_placement: str
+) -> Fp32Part:
+    """What ``classes`` keep in FP32 at ``level``: the outermost listed Cells and their parameter elements.
+
+    Nothing under O0 (nothing is cast) or with an empty list. The loss counts
+    only when it is cast with the network (``loss_placement: inside``); its
+    paths start with ``loss_fn``. Parameters are counted once each, in
+    elements, over the uncast network: the cast changes dtypes, not shapes.
+    """
+    if level == FP32_LEVEL or not classes:
+        return Fp32Part()
+    found = listed_cells(network, classes)
+    if loss_placement == "inside":
+        found += [("loss_fn" + (f".{p}" if p else ""), c) for p, c in listed_cells(loss_fn, classes)]
+    by_path = dict(found)
+    paths = outermost(by_path)
+    seen: set[int] = set()
+    params = 0
+    for path in paths:
+        for param in by_path[path].get_parameters():
+            if id(param) not in seen:
+                seen.add(id(param))
+                params += int(param.size)
+    return Fp32Part(params, tuple(sorted(paths)))
 
 
 def mindspore_nn_cell_names() -> dict[str, type]:
@@ -184,22 +281,32 @@ def keep_in_float32(root: Any, classes: Sequence[type], back_to: Any = None) -> 
     is replaced by the Cell it wraps, so the listed Cell computes in float32
     throughout, as ``custom_mixed_precision`` (which does not enter a listed
     Cell) did.
+
+    A listed Cell that refuses any of this (``to_float`` or the hook raises)
+    makes the whole configuration impossible to build: that is
+    :class:`BlackListNotApplicable`, which the trial records as
+    ``not_applicable`` rather than as a failure of mixed precision.
     """
     from mindspore import nn
     from mindspore.common import dtype as mstype
 
-    listed = tuple(classes)
-    if not listed:
+    named = listed_cells(root, classes)
+    if not named:
         return 0
-    named: list[tuple[str, Any]] = [(n, c) for n, c in root.cells_and_names() if isinstance(c, listed)]
     found: list[Any] = [cell for _, cell in named]
-    for cell in found:
-        cell.to_float(mstype.float32)
+    for name, cell in named:
+        try:
+            cell.to_float(mstype.float32)
+        except Exception as exc:  # the Cell refuses float32: the configuration cannot be built
+            raise BlackListNotApplicable(type(cell).__name__, name, exc) from exc
     if back_to is not None:  # the outermost listed Cells hand their parent the level's dtype
         names = [name for name, _ in named]
         for name, cell in named:
             if not any(name.startswith(f"{other}.") for other in names if other):
-                cell.register_forward_hook(output_back_to(back_to))
+                try:
+                    cell.register_forward_hook(output_back_to(back_to))
+                except Exception as exc:
+                    raise BlackListNotApplicable(type(cell).__name__, name, exc) from exc
     for cell in found:
         for _, inner in list(cell.cells_and_names()):
             unwrapped = False

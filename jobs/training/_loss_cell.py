@@ -32,10 +32,17 @@ def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> NetworkWithLoss:
     ``loss_fn(amp.auto_mixed_precision(net)(x), y)`` do. ``inside`` casts the
     network together with its loss, as when a ``WithLossCell`` is cast as a
     whole: the loss computes in low precision unless its class is black-listed.
+
+    Before the cast, what the black list keeps in FP32 (:func:`fp32_part`, on
+    the uncast Cells) is recorded under the trial's ``graph_id``, so each trial
+    of the graph reports it (``TrialResult.fp32_part``). A listed Cell that
+    cannot be kept in FP32 raises ``BlackListNotApplicable`` from the cast.
     """
-    from ._amp import apply_amp, known_layer_types, resolve_black_list
+    from ._amp import apply_amp, fp32_part, known_layer_types, record_fp32_part, resolve_black_list
 
     black_list = resolve_black_list(config.black_list, known_layer_types([network, loss_fn]))
+    part = fp32_part(network, loss_fn, config.amp_level, black_list, config.loss_placement)
+    record_fp32_part(config.graph_id, part)
     if config.loss_placement == "outside":
         return NetworkWithLoss(apply_amp(network, config.amp_level, black_list, config.dtype), loss_fn)
     return apply_amp(NetworkWithLoss(network, loss_fn), config.amp_level, black_list, config.dtype)

@@ -61,16 +61,7 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
             "workload", spec.workload, f"calling {spec.workload!r} failed: {type(exc).__name__}: {exc}"
         ) from None
     cells = [workload.network, workload.loss_fn]
-    known = known_layer_types(cells)
-    for index, group in enumerate(spec.grid.black_list):
-        for position, name in enumerate(group):
-            if name not in known:
-                own = ", ".join(sorted(network_cell_types(cells)))
-                raise SpecError(
-                    f"grid.black_list[{index}][{position}]",
-                    name,
-                    f"known layer types: {own} (or any Cell class in mindspore.nn)",
-                )
+    _check_black_lists(spec, cells)
     _check_enough_batches(spec, workload.batches)
     in_network = set(network_cell_types([workload.network]))
     in_loss = set(network_cell_types([workload.loss_fn]))
@@ -78,6 +69,33 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     return WorkloadFacts(
         reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network), starts
     )
+
+
+def _check_black_lists(spec: SweepSpec, cells: list[object]) -> None:
+    """Every black-listed name is a Cell class that some Cell of the network or loss is; or ``SpecError``.
+
+    A name must resolve (the workload's own classes, their bases, or
+    ``mindspore.nn``), and something in the workload must be an instance of
+    it: the black list goes by ``isinstance``, so a base class of the
+    network's Cells counts. A class with no instance (``Conv2d`` on a
+    transformer) would keep nothing in FP32, and its trials would only repeat
+    the list without it under another name; refused before anything runs.
+    """
+    known = known_layer_types(cells)
+    present = list(network_cell_types(cells).values())
+    own = ", ".join(sorted(network_cell_types(cells)))
+    for index, group in enumerate(spec.grid.black_list):
+        for position, name in enumerate(group):
+            field = f"grid.black_list[{index}][{position}]"
+            if name not in known:
+                raise SpecError(field, name, f"known layer types: {own} (or any Cell class in mindspore.nn)")
+            if not any(issubclass(kind, known[name]) for kind in present):
+                raise SpecError(
+                    field,
+                    name,
+                    f"no Cell of the workload's network or loss is a {name}, so keeping it in FP32 would change "
+                    f"nothing; its layer types: {own} (or a base class of one of them)",
+                )
 
 
 def _check_enough_batches(spec: SweepSpec, batches: object) -> None:

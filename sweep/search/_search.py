@@ -51,6 +51,7 @@ from ._search_rules import (
     is_stable,
     needs_loss_scaling,
     next_class,
+    not_applicable,
     shrink_decision,
     shrinkable,
     stability_phrase,
@@ -228,6 +229,7 @@ class AdaptiveSearch:
 
     def _grow(self, family: SearchFamily) -> list[str] | None:
         black: list[str] = []
+        refused: list[str] = []  # classes whose probe was not_applicable
         probe, evidence = self._probe(family, "grow", black, self.search_clip)
         while not is_stable(evidence):
             scaling = needs_loss_scaling(evidence, family.effective_loss_scale != "none")
@@ -235,12 +237,20 @@ class AdaptiveSearch:
                 probe.decision = scaling
                 probe, evidence = self._try_loss_scaling(family, black)
                 continue
-            step = next_class(black, evidence, self.spec.search_rounds)
+            step = next_class(black, evidence, self.spec.search_rounds, refused)
             probe.decision = step.decision
             if step.add is None:
                 return None
-            black = [*black, step.add]
-            probe, evidence = self._probe(family, "grow", black, self.search_clip)
+            grown = [*black, step.add]
+            tried, tried_evidence = self._probe(family, "grow", grown, self.search_clip)
+            why = not_applicable(tried_evidence)
+            if why is not None:
+                # the class could not be kept in FP32: that says nothing about whether it would
+                # help, so go back to the list before it and try the next class the replays named
+                tried.decision = f"not applicable ({why}): back to the list without {step.add}"
+                refused.append(step.add)
+                continue
+            black, probe, evidence = grown, tried, tried_evidence
         probe.decision = probe.decision or stability_phrase(evidence)  # a loss-scale probe said its own
         return black
 
@@ -251,7 +261,7 @@ class AdaptiveSearch:
             candidate = [c for c in black if c != name]
             probe, evidence = self._probe(family, "shrink", candidate, self.search_clip)
             stable = is_stable(evidence)
-            probe.decision = shrink_decision(name, stable)
+            probe.decision = shrink_decision(name, stable, not_applicable(evidence) is None)
             if stable:
                 black = candidate
         return black

@@ -48,17 +48,40 @@ def is_stable(seeds: Sequence[SeedEvidence]) -> bool:
     return probe_verdict(seeds) is Verdict.STABLE
 
 
-def next_class(black: Sequence[str], seeds: Sequence[SeedEvidence], max_classes: int) -> GrowStep:
+def not_applicable(seeds: Sequence[SeedEvidence]) -> str | None:
+    """Why the probe's black list could not be applied (its first seed's reason); None when it could.
+
+    Such a probe says nothing about the class it added: the search goes back
+    to the list before it and tries the next class the replays named, instead
+    of concluding that keeping it in FP32 did not help.
+    """
+    if probe_verdict(seeds) is not Verdict.NOT_APPLICABLE:
+        return None
+    reasons = [s.verdict.reason for s in seeds if s.verdict.verdict is Verdict.NOT_APPLICABLE]
+    return next((r for r in reasons if r), "its black list could not be applied")
+
+
+def next_class(
+    black: Sequence[str], seeds: Sequence[SeedEvidence], max_classes: int, refused: Sequence[str] = ()
+) -> GrowStep:
     """After an unstable probe: the Cell class to add next, the one its replays named most often.
 
     Only seeds that are not stable count; a class already in the list is not
-    offered again. Stops when trials failed with an exception and no replay
-    named anything, when no new class was named, or after ``max_classes``.
+    offered again, nor one that could not be kept in FP32 (``refused``: its
+    probe was ``not_applicable``). Stops when trials failed with an exception
+    and no replay named anything, when no new class was named, or after
+    ``max_classes``.
     """
     named = Counter(
         s.localized.cell_class for s in seeds if s.localized is not None and not s.verdict.learns_like_fp32
     )
-    candidates = [name for name, _ in named.most_common() if name not in black]
+    candidates = [name for name, _ in named.most_common() if name not in black and name not in refused]
+    if not candidates and refused:
+        listed = ", ".join(refused)
+        return GrowStep(
+            None,
+            f"stop: {listed} cannot be kept in FP32 (not applicable) and the replays named no other class",
+        )
     if not candidates and any(s.verdict.verdict is Verdict.FAILED for s in seeds):
         return GrowStep(None, "stop: trials failed with an exception (see the ranking's error column)")
     if not candidates:
@@ -101,7 +124,9 @@ def shrinkable(black: Sequence[str]) -> bool:
     return len(black) >= 2
 
 
-def shrink_decision(dropped: str, stable_without: bool) -> str:
+def shrink_decision(dropped: str, stable_without: bool, applicable: bool = True) -> str:
+    if not applicable:
+        return f"keep {dropped}: the list without it could not be applied"
     return f"drop {dropped}: stable on every seed without it" if stable_without else f"keep {dropped}: needed"
 
 
@@ -112,4 +137,6 @@ def stability_phrase(seeds: Sequence[SeedEvidence]) -> str:
         return "stable on every seed"
     if verdict is Verdict.SILENT:
         return "finite, but learns clearly worse than FP32 on some seed (silent failure)"
+    if verdict is Verdict.NOT_APPLICABLE:
+        return f"not applicable: {not_applicable(seeds)}"
     return "unstable"
