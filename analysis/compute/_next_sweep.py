@@ -33,6 +33,7 @@ import pandas as pd
 from ampsweep.contracts import (
     FP32_LEVEL,
     UNDERFLOW_EVIDENCE,
+    Outcome,
     ReferenceFormError,
     Verdict,
     locate_file,
@@ -46,8 +47,17 @@ __all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
 
 def _mixed(scores: pd.DataFrame) -> pd.DataFrame:
+    """Mixed-precision trials that ran: one whose black list could not be applied kept nothing in FP32."""
     ranked = scores["ranked"] if "ranked" in scores.columns else True
-    return scores[(scores["amp_level"] != FP32_LEVEL) & ranked]
+    ran = scores["outcome"] != Outcome.NOT_APPLICABLE.value
+    return scores[(scores["amp_level"] != FP32_LEVEL) & ranked & ran]
+
+
+def _refused(scores: pd.DataFrame, cell_class: str) -> str | None:
+    """Why keeping ``cell_class`` in FP32 could not be applied, where a trial tried and could not; else None."""
+    tried = scores[(scores["outcome"] == Outcome.NOT_APPLICABLE.value) & scores["error"].notna()]
+    hits = [e for e, bl in zip(tried["error"], tried["black_list"]) if cell_class in tuple(bl)]
+    return str(hits[0]).splitlines()[0] if hits else None
 
 
 def _fp32_gradient_norm(scores: pd.DataFrame) -> float | None:
@@ -130,8 +140,17 @@ def diagnose(scores: pd.DataFrame, cell: Localization | None, broke: Fp32Break |
             f"add loss scaling: loss_scale {scales}",
             {"loss_scale": scales},
         )
+    if cell is not None and cell.cell_class and _refused(scores, cell.cell_class) is not None:
+        return NextSweep(
+            "overflow",
+            f"{cell.cell} ({cell.cell_class}) broke first ({cell.phase}), and keeping {cell.cell_class} in FP32 "
+            f"could not be applied: {_refused(scores, cell.cell_class)}",
+            f"keep a Cell that encloses {cell.cell} in FP32 instead, or make {cell.cell_class} accept "
+            "`to_float(float32)`, then sweep again",
+            {},
+        )
     if cell is not None and cell.cell_class:
-        lists = _axis(scores[scores["amp_level"] != FP32_LEVEL], "black_list") or [[]]
+        lists = _axis(_mixed(scores), "black_list") or [[]]
         grown = [sorted(set(bl) | {cell.cell_class}) for bl in lists]
         added = [bl for bl in grown if bl not in [sorted(b) for b in lists]]
         what = "overflowed" if cell.kind == "nonfinite" else "departed from FP32"
