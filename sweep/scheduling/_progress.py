@@ -84,6 +84,10 @@ class SweepProgress:
             f"completed {self.outcomes['completed']} · diverged {self.outcomes['diverged']} · "
             f"failed {self.outcomes['failed']} · running {self.running}"
         )
+        not_applicable = self.outcomes.get("not_applicable", 0)
+        text += (
+            f" · not applicable {not_applicable}" if not_applicable else ""
+        )  # a black list that could not be applied
         return text + (f" · retried {self.retried}" if self.retried else "")
 
     def line(self) -> str:
