@@ -27,6 +27,8 @@ def _scores(verdict: str, underflow: float, loss_scale: str = "none") -> pd.Data
     ]
     frame = pd.DataFrame(rows, columns=columns)
     frame["ranked"] = True
+    frame["outcome"] = ["diverged" if v == "diverged" else "completed" for v in frame["verdict"]]
+    frame["error"] = None
     return frame
 
 

@@ -19,15 +19,12 @@ trial by how far it really held:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts._horizon import CONFIG_KEYS, HORIZON_FILE, HORIZON_FOLDER, HorizonLog, decode_horizon
-
-if TYPE_CHECKING:
-    from ._load import SweepLocation
+from ampsweep.contracts._horizon import CONFIG_KEYS
 
 _BROKEN = ("diverged", "failed")
 
@@ -80,19 +77,3 @@ def merge_continuations(frame: pd.DataFrame, continuations: pd.DataFrame) -> pd.
                 frame.at[index, "error"] = row["error"]
     frame["held_to"] = frame["held_to"].astype(float).replace({np.inf: np.nan})
     return frame
-
-
-def read_horizon(loc: SweepLocation) -> HorizonLog | None:
-    """The sweep's ``horizon.json``, or None (no horizon past the trials, or an unreadable file)."""
-    if not loc.exists(HORIZON_FILE):
-        return None
-    try:
-        with loc.fs.open_input_stream(loc.join(HORIZON_FILE)) as stream:
-            return decode_horizon(stream.read())
-    except (ValueError, OSError):
-        return None
-
-
-def continuation_folder(loc: SweepLocation) -> str | None:
-    """The ``horizon/`` sub-folder when it holds trials."""
-    return loc.join(HORIZON_FOLDER) if loc.is_dir(HORIZON_FOLDER, "trials") else None

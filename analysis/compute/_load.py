@@ -30,8 +30,9 @@ from ampsweep.contracts import (
     is_data_file,
     partition_value,
 )
+from ampsweep.contracts._horizon import HORIZON_FOLDER
 
-from ._horizon import continuation_folder, merge_continuations
+from ._horizon import merge_continuations
 
 #: Integer columns that are grouping keys stay exact (nullable Int64); every
 #: other integer becomes float64 so a null is a NaN that arithmetic tolerates.
@@ -194,6 +195,11 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     folder = continuation_folder(loc)
     continued = load_trials(folder) if folder is not None else frame.iloc[0:0]
     return merge_continuations(frame, continued)
+
+
+def continuation_folder(loc: SweepLocation) -> str | None:
+    """The ``horizon/`` sub-folder (the continuations to the horizon) when it holds trials."""
+    return loc.join(HORIZON_FOLDER) if loc.is_dir(HORIZON_FOLDER, "trials") else None
 
 
 def planned_ids(loc: SweepLocation) -> list[str] | None:

@@ -1,4 +1,4 @@
-"""The JSON files beside a sweep's tables: ``search.json`` and ``profile.json``.
+"""The JSON files beside a sweep's tables: ``search.json``, ``profile.json`` and ``horizon.json``.
 
 Read here, with every other read of the sweep folder, so that the wording
 (:mod:`analysis.wording._search`, :mod:`analysis.wording._profile`) only lays
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ampsweep.contracts import PROFILE_FILE, SEARCH_FILE, SearchLog, decode_search
+from ampsweep.contracts._horizon import HORIZON_FILE, HorizonLog, decode_horizon
 
 from ._load import resolve
 
@@ -40,3 +41,15 @@ def read_profile(sweep_dir: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return found if isinstance(found, dict) and isinstance(found.get("cells"), list) else None
+
+
+def read_horizon(sweep_dir: str | Path) -> HorizonLog | None:
+    """The sweep's ``horizon.json`` (what was continued to the horizon), or None (none, or unreadable)."""
+    loc = resolve(sweep_dir)
+    if not loc.exists(HORIZON_FILE):
+        return None
+    try:
+        with loc.fs.open_input_stream(loc.join(HORIZON_FILE)) as stream:
+            return decode_horizon(stream.read())
+    except (ValueError, OSError):
+        return None
