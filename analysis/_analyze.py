@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ampsweep.contracts._horizon import HorizonLog
+
 from ._model import KindAnalysis, Recommendation, SweepAnalysis
 from .compute._anomalies import read_anomalies
 from .compute._configs import config_scores
@@ -23,12 +25,14 @@ from .compute._criteria import RankContext
 from .compute._evidence import kind_recommendation
 from .compute._figure_data import figure_data
 from .compute._fp32_break import judged_scores
+from .compute._horizon import held_to_of
 from .compute._load import inventory, load_trials, resolve, unreadable_trials
 from .compute._rank import rank_configs
 from .compute._scores import fp32_reference
-from .compute._side_files import read_profile, read_search
+from .compute._side_files import read_horizon, read_profile, read_search
 from .wording._answer import answer_lines
 from .wording._code import recommendation_code
+from .wording._held import past_the_horizon
 from .wording._labels import label_columns
 
 #: device kind / MindSpore target on which float16 is emulated, so speed never decides
@@ -53,7 +57,12 @@ def _sweep_name(trials: pd.DataFrame, fallback: str) -> str:
 
 
 def _rank_kind(
-    sweep_dir: str | Path, kind: str, scores: pd.DataFrame, anomalies: pd.DataFrame, figures: bool
+    sweep_dir: str | Path,
+    kind: str,
+    scores: pd.DataFrame,
+    anomalies: pd.DataFrame,
+    figures: bool,
+    horizon: HorizonLog | None = None,
 ) -> KindAnalysis:
     reference = fp32_reference(scores)
     ctx = RankContext(speed_decides=speed_decides(kind, scores))
@@ -64,7 +73,7 @@ def _rank_kind(
         ranking=ranking,
         reference=reference,
         recommendation=_worded(
-            kind_recommendation(ranking, scores, ctx, recorded), ranking, scores, recorded
+            kind_recommendation(ranking, scores, ctx, recorded), ranking, scores, recorded, horizon
         ),
         speed_decides=ctx.speed_decides,
         figures=figure_data(sweep_dir, ranking, scores) if figures else None,
@@ -72,9 +81,16 @@ def _rank_kind(
 
 
 def _worded(
-    rec: Recommendation, ranking: pd.DataFrame, scores: pd.DataFrame, recorded: bool
+    rec: Recommendation,
+    ranking: pd.DataFrame,
+    scores: pd.DataFrame,
+    recorded: bool,
+    horizon: HorizonLog | None = None,
 ) -> Recommendation:
     """The recommendation with its words: the code to paste and the answer lines every output opens with."""
+    rec.held_to = held_to_of(rec, ranking, scores, horizon)
+    if rec.held_to is not None:
+        rec.undecided = [*past_the_horizon(rec.held_to), *rec.undecided]
     rec.code = recommendation_code(rec)
     rec.answer = answer_lines(rec, ranking, len(scores), recorded)
     return rec
@@ -92,12 +108,13 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     trials = trials[~trials["trial_id"].isin(list(unreadable))].reset_index(drop=True)
     inv = inventory(sweep_dir, trials["trial_id"])
     inv.unreadable = unreadable
+    horizon = read_horizon(sweep_dir)
     # judged against FP32 only up to where FP32 broke, on the seeds where it did (the search judges alike)
     scores = judged_scores(sweep_dir, trials)
     ranked = scores[scores["ranked"]]
     anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
     kinds = [
-        _rank_kind(sweep_dir, str(kind), scores[scores["device_kind"] == kind], anomalies, figures)
+        _rank_kind(sweep_dir, str(kind), scores[scores["device_kind"] == kind], anomalies, figures, horizon)
         for kind in sorted(set(ranked["device_kind"]))
     ]
     rankings = [k.ranking for k in kinds if not k.ranking.empty]

@@ -175,6 +175,27 @@ class BrokeToo:
 
 
 @dataclass(frozen=True)
+class HeldTo:
+    """How far the recommended configuration was run without breaking, and what that leaves open.
+
+    Without a ``horizon`` past the trials' end this is the trials' own end:
+    nothing was run past it. With one, the recommendation was continued to it
+    (``analysis.compute._horizon``); the configurations that were continued and
+    broke on the way, and the stable ones that were not continued, are named.
+    """
+
+    step: int  # the step every counted seed held to
+    seeds: int  # seeds of the recommendation that held to ``step``
+    total: int  # its seeds
+    horizon: int
+    trials_end: int
+    #: "O2 · no clip broke at ~1,417 (ExpSoftmax, forward)": continued past the trials and broke
+    broke: tuple[str, ...] = ()
+    #: labels of stable configurations run only to the trials' end
+    unchecked: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Fp32Break:
     """FP32 itself went non-finite: the sweep's first fact, before anything about mixed precision.
 
@@ -259,6 +280,8 @@ class Recommendation:
     answer: tuple[str, ...] = ()
     #: no answer: what the sweep lacked and the next sweep to run (``analysis.wording._next_sweep``)
     next_sweep: NextSweep | None = None
+    #: how far the recommendation held (its trials' end, or the horizon it was continued to)
+    held_to: HeldTo | None = None
     #: FP32 itself went non-finite on some seed: the answer opens with that, not with a remedy
     fp32_break: Fp32Break | None = None
 

@@ -91,6 +91,30 @@ def test_a_continuation_that_broke_makes_its_trial_broken_at_that_step():
     assert merged.loc["c", "held_to"] == 600 and merged.loc["c", "continued_by"] is None
 
 
+def test_the_answer_says_how_far_it_held_and_what_lies_past_it():
+    from ampsweep.analysis._model import HeldTo
+    from ampsweep.analysis.wording._held import held_line, past_the_horizon
+
+    held = HeldTo(
+        1800,
+        3,
+        3,
+        1800,
+        600,
+        ("O2 · no clip broke at ~1,417 on 3/3 seeds (ExpSoftmax, forward)",),
+        ("O2 · clip 1.0",),
+    )
+    line = held_line(held)
+    assert line.startswith("Held to step 1,800 (the horizon: your training's length) on 3/3 seeds")
+    assert "at step 600" in line and "O2 · no clip broke at ~1,417" in line
+    undecided = past_the_horizon(held)
+    assert "past step 1,800" in undecided[0] and "O2 · clip 1.0" in undecided[1]
+    # no horizon past the trials: no extra first line, but the report says nothing ran longer
+    plain = HeldTo(300, 3, 3, 300, 300)
+    assert held_line(plain) is None
+    assert "past step 300" in past_the_horizon(plain)[0] and "horizon:" in past_the_horizon(plain)[0]
+
+
 @pytest.mark.slow
 def test_late_break_past_the_trials_moves_the_answer_to_what_held(tmp_path: Path):
     """late_softmax at 600 steps: every O2 list looks stable; continued to 1,800 only ExpSoftmax in FP32 holds."""
@@ -116,8 +140,14 @@ def test_late_break_past_the_trials_moves_the_answer_to_what_held(tmp_path: Path
     broke = continued["O2 · no clip"]["broke_at"]
     assert broke and all(600 < step < 1800 for step in broke.values())
     assert {c["cell_class"] for c in continued["O2 · no clip"]["localized"]} == {"ExpSoftmax"}
-    answer = analyze(root, figures=False).ranking.query("recommended").iloc[0]
+    analysis = analyze(root, figures=False)
+    answer = analysis.ranking.query("recommended").iloc[0]
     assert list(answer["black_list"]) == ["ExpSoftmax"] and answer["amp_level"] == "O2"
+    # the first lines say how far it held, and what broke on the way
+    lines = analysis.kinds[0].recommendation.answer
+    assert lines[0].startswith("Use O2, keep ExpSoftmax in FP32")
+    assert lines[1].startswith("Held to step 1,800 (the horizon") and "on 2/2 seeds" in lines[1]
+    assert "O2 · no clip broke at ~" in lines[1] and "(ExpSoftmax, forward)" in lines[1]
     assert log["answer"] == answer["label"]
     assert continued[answer["label"]]["held_to"] == {"0": 1800, "1": 1800}
     # the resolved spec keeps the horizon

@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts._horizon import CONFIG_KEYS
+from ampsweep.contracts._horizon import CONFIG_KEYS, Continued, HorizonLog
+
+from .._model import STATUS_RECOMMENDED, HeldTo, Recommendation
 
 _BROKEN = ("diverged", "failed")
 
@@ -77,3 +79,52 @@ def merge_continuations(frame: pd.DataFrame, continuations: pd.DataFrame) -> pd.
                 frame.at[index, "error"] = row["error"]
     frame["held_to"] = frame["held_to"].astype(float).replace({np.inf: np.nan})
     return frame
+
+
+def held_to_of(
+    rec: Recommendation, ranking: pd.DataFrame, scores: pd.DataFrame, log: HorizonLog | None
+) -> HeldTo | None:
+    """How far the recommended configuration held, on how many seeds, and what that leaves open."""
+    if rec.status != STATUS_RECOMMENDED or not rec.config_id or "held_to" not in scores.columns:
+        return None
+    row = ranking[ranking["config_id"] == rec.config_id]
+    if row.empty:
+        return None
+    ids = str(row.iloc[0]["trial_ids"]).split()
+    held = scores.loc[scores["trial_id"].isin(ids), "held_to"].astype(float).dropna()
+    if held.empty:
+        return None
+    ends = (scores["start_step"].fillna(0).astype(float) + scores["steps"].astype(float)).dropna()
+    trials_end = int(log.trials_end) if log is not None else int(ends.max())
+    horizon = int(log.horizon) if log is not None else trials_end
+    step = int(held.min())
+    broke = tuple(
+        _broke_words(entry) for entry in (log.continued if log is not None else []) if entry.broke_at
+    )
+    unchecked: tuple[str, ...] = ()
+    if horizon > trials_end:
+        continued = {str(name) for name in scores.loc[scores["continued_by"].notna(), "trial_id"]}
+        stable = ranking[(ranking["stability"] == "stable") & (ranking["config_id"] != rec.config_id)]
+        unchecked = tuple(
+            str(other["label"])
+            for _, other in stable.sort_values("rank").iterrows()
+            if not set(str(other["trial_ids"]).split()) & continued
+        )
+    return HeldTo(
+        step=step,
+        seeds=int((held >= step).sum()),
+        total=len(held),
+        horizon=horizon,
+        trials_end=trials_end,
+        broke=broke,
+        unchecked=unchecked,
+    )
+
+
+def _broke_words(entry: Continued) -> str:
+    """'O2 · no clip broke at ~1,417 on 3/3 seeds (ExpSoftmax, forward)'."""
+    steps = sorted(entry.broke_at.values())
+    median = steps[len(steps) // 2]
+    classes = sorted({f"{c.cell_class}, {c.phase}" for c in entry.localized})
+    named = f" ({'; '.join(classes)})" if classes else ""
+    return f"{entry.label} broke at ~{median:,} on {len(steps)}/{len(entry.held_to)} seeds{named}"

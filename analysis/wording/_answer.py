@@ -51,6 +51,7 @@ from ..compute._anomalies import (
     overflowed_inside,
     seed_list,
 )
+from ._held import held_line
 
 
 def change_text(config: dict[str, Any], loss_placement_recorded: bool = False) -> str:
@@ -252,6 +253,9 @@ def answer_lines(
     elif rec.status == STATUS_RECOMMENDED and rec.config:
         first = change_text(rec.config, loss_placement_recorded) + "."
         after = [cause_text(rec)]
+        held = held_line(rec.held_to) if rec.held_to is not None else None
+        if held:
+            after.insert(0, held)
     elif rec.next_sweep is not None:
         # no answer, but the evidence says what the grid lacked: that is the change to make next
         ready = f" (report/{NEXT_SPEC_FILE})" if rec.next_sweep.has_spec else ""
