@@ -87,7 +87,7 @@ def test_superset_is_not_recommended(tmp_path: Path, kind: str) -> None:
     assert second["rank"] == rows["[X]"]["rank"] + 1 and second["tied_with_above"]
     assert second["decided_by"] == "n_black_listed"
     assert "tied with #1 on steps to target (82 vs 96, seeds 70-190 vs 65-101)" in second["phrase"]
-    assert "below it on FP32 classes: 2 vs 1" in second["phrase"]
+    assert "below it on FP32 part: 2 vs 1" in second["phrase"]
 
 
 def test_a_difference_beyond_seed_noise_still_decides(tmp_path: Path) -> None:

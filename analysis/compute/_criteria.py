@@ -9,7 +9,7 @@
 * writes the "How the ranking is decided" text (:func:`rules_text`).
 
 **The tie rule (seed noise).** Categorical criteria (stability, divergence
-rate, clip class, FP32 classes) compare exactly. A score measured per seed
+rate, clip class, FP32 part) compare exactly. A score measured per seed
 (steps to target, final loss, speed) separates configuration B from a better
 configuration A only when *both*
 
@@ -144,6 +144,15 @@ def _broke_text(row: Row) -> str:
     return f"NaN at ~{value:,.0f}"
 
 
+def _fp32_part_text(row: Any) -> str:
+    """'4,224 parameters (1 class)'; the class count alone where a sweep recorded no parameters."""
+    classes = int(row["n_black_listed"])
+    params = row.get("fp32_params") if hasattr(row, "get") else None
+    if params is None or params != params:  # NaN: an older sweep
+        return str(classes)
+    return f"{int(params):,} parameters ({classes} class{'es' if classes != 1 else ''})"
+
+
 CRITERIA: tuple[Criterion, ...] = (
     Criterion(
         "tier",
@@ -230,13 +239,15 @@ CRITERIA: tuple[Criterion, ...] = (
     ),
     Criterion(
         "n_black_listed",
-        "FP32 classes",
+        "FP32 part",
         "n_black_listed",
         rule=(
-            "Fewer layer types kept in FP32. The recommendation is minimal: it never keeps a class in FP32 when "
-            "the same configuration without it is stable on every seed and tied on every criterion above."
+            "Less of the network kept in FP32: parameter elements under the listed Cells, then the number of "
+            "classes. A stable configuration whose FP32 part contains another stable one's, otherwise equal, "
+            "ranks below it. The recommendation is minimal: it never keeps a class in FP32 when the same "
+            "configuration without it is stable on every seed and tied on every criterion above."
         ),
-        show=lambda r: str(int(r["n_black_listed"])),
+        show=_fp32_part_text,
     ),
     Criterion(
         "loss_inside",
