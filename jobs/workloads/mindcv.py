@@ -18,6 +18,7 @@ Needs the ``models`` extra: ``pip install -e '.[models]'`` (``mindcv==0.3.0``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,7 +61,14 @@ def make(
     momentum: float = 0.9,
     model_args: dict[str, Any] | None = None,
 ) -> Workload:
-    """The factory a spec names as ``ampsweep.jobs.workloads.mindcv:make``; ``model`` is any mindcv model name."""
+    """The factory a spec names as ``ampsweep.jobs.workloads.mindcv:make``.
+
+    ``model`` is a mindcv model name (``create_model``'s, at its registered
+    size) or ``module.Class`` of ``mindcv.models`` built with ``model_args``:
+    ``vit.VisionTransformer`` with ``image_size: 32, patch_size: 8,
+    embed_dim: 32, depth: 2, num_heads: 2`` is mindcv's ViT at a size a CPU
+    trains in seconds (the registered ViTs are fixed at 224 or 384 pixels).
+    """
     try:
         from mindcv.models import create_model
     except ImportError as exc:  # the optional extra is missing
@@ -69,9 +77,17 @@ def make(
         ) from exc
     from mindspore import nn
 
-    network = create_model(
-        model, pretrained=False, num_classes=num_classes, in_channels=3, **(model_args or {})
-    )
+    if "." in model:  # a class of mindcv.models at a size of one's own, e.g. vit.VisionTransformer
+        module, name = model.rsplit(".", 1)
+        try:
+            architecture = getattr(importlib.import_module(f"mindcv.models.{module}"), name)
+        except (ImportError, AttributeError):
+            raise ValueError(f"model: mindcv.models.{module} has no class {name!r}") from None
+        network = architecture(num_classes=num_classes, in_channels=3, **(model_args or {}))
+    else:
+        network = create_model(
+            model, pretrained=False, num_classes=num_classes, in_channels=3, **(model_args or {})
+        )
     return Workload(
         network=network,
         loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
