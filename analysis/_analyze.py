@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ampsweep.contracts._horizon import HorizonLog
+from ampsweep.contracts import HorizonLog
 
 from ._model import KindAnalysis, Recommendation, SweepAnalysis
 from .compute._anomalies import read_anomalies

@@ -30,6 +30,15 @@ from ._formulas import (
     steps_to_target,
     underflow_excess,
 )
+from ._horizon import (
+    CONFIG_KEYS,
+    HORIZON_FILE,
+    HORIZON_FOLDER,
+    Continued,
+    HorizonLog,
+    decode_horizon,
+    encode_horizon,
+)
 from ._layout import (
     CHECKPOINT_SNAPSHOT,
     LOCK_FILE,
@@ -41,6 +50,7 @@ from ._layout import (
     SNAPSHOT_FOLDER,
     SPEC_FILE,
     TRIAL_PARTITION_KEY,
+    TRIAL_SNAPSHOT,
     committed_ids,
     is_committed_name,
     is_data_file,
@@ -48,6 +58,7 @@ from ._layout import (
     partition_value,
     trial_folder,
     trial_row_path,
+    trial_snapshot,
 )
 from ._loss_scale import (
     DYNAMIC_SCALE_WINDOW,
@@ -143,6 +154,15 @@ __all__ = [
     "SEED_NOISE_FACTOR",
     "SILENT_RULE",
     "CHECKPOINT_SNAPSHOT",
+    "CONFIG_KEYS",
+    "Continued",
+    "HORIZON_FILE",
+    "HORIZON_FOLDER",
+    "HorizonLog",
+    "TRIAL_SNAPSHOT",
+    "decode_horizon",
+    "encode_horizon",
+    "trial_snapshot",
     "PREFIX_SNAPSHOT",
     "SNAPSHOT_FOLDER",
     "SPEC_FILE",

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts._horizon import CONFIG_KEYS, Continued, HorizonLog
+from ampsweep.contracts import CONFIG_KEYS, Continued, HorizonLog
 
 from .._model import STATUS_RECOMMENDED, HeldTo, Recommendation
 

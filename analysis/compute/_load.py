@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ampsweep.contracts import (
+    HORIZON_FOLDER,
     PLAN_FILE,
     TRIAL_PARTITION_KEY,
     TRIALS_SCHEMA,
@@ -30,7 +31,6 @@ from ampsweep.contracts import (
     is_data_file,
     partition_value,
 )
-from ampsweep.contracts._horizon import HORIZON_FOLDER
 
 from ._horizon import merge_continuations
 

@@ -12,8 +12,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ampsweep.contracts import PROFILE_FILE, SEARCH_FILE, SearchLog, decode_search
-from ampsweep.contracts._horizon import HORIZON_FILE, HorizonLog, decode_horizon
+from ampsweep.contracts import (
+    HORIZON_FILE,
+    PROFILE_FILE,
+    SEARCH_FILE,
+    HorizonLog,
+    SearchLog,
+    decode_horizon,
+    decode_search,
+)
 
 from ._load import resolve
 

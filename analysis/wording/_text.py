@@ -155,9 +155,12 @@ def counts_items(a: SweepAnalysis) -> list[str]:
         items.append(start)
     if not inv.has_trials_dir:
         items.append("No `trials/` folder: no trial has been committed yet.")
+    not_applicable = int(outcome.get("not_applicable", 0))
     items.append(
         f"committed: {len(scores)} (completed {int(outcome.get('completed', 0))}, "
-        f"diverged {int(outcome.get('diverged', 0))}, failed {int(outcome.get('failed', 0))})"
+        f"diverged {int(outcome.get('diverged', 0))}, failed {int(outcome.get('failed', 0))}"
+        + (f", not applicable {not_applicable}" if not_applicable else "")
+        + ")"
     )
     if inv.expected_trials is None:
         items.append("expected: unknown (no readable `plan.json`), so missing trials cannot be counted")

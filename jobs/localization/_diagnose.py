@@ -45,8 +45,8 @@ def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None]
     because then no mixed-precision remedy is the answer. An FP32 trial never
     gets a departure replay: it is the baseline a departure is measured from.
     """
-    if result.outcome == Outcome.FAILED:
-        return None
+    if result.outcome in (Outcome.FAILED, Outcome.NOT_APPLICABLE):
+        return None  # nothing trained to replay (and no FP32 baseline to wait for)
     bad = _first_failure(result)
     if result.outcome == Outcome.DIVERGED or bad is not None:
         # the replay counts steps from the trial's start; the tables count globally

@@ -31,16 +31,18 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ampsweep.contracts import FP32_LEVEL, PROFILE_FILE, name_of
-from ampsweep.contracts._horizon import (
+from ampsweep.contracts import (
     CONFIG_KEYS,
+    FP32_LEVEL,
     HORIZON_FILE,
     HORIZON_FOLDER,
+    PROFILE_FILE,
     Continued,
     HorizonLog,
     encode_horizon,
+    name_of,
+    trial_snapshot,
 )
-from ampsweep.contracts._layout import trial_snapshot
 from ampsweep.jobs import TrialConfig
 
 from .._config import RunConfig

@@ -32,8 +32,8 @@ from ampsweep.contracts import (
     part_path,
     trial_folder,
     trial_row_path,
+    trial_snapshot,
 )
-from ampsweep.contracts._layout import trial_snapshot
 from ampsweep.jobs import Baseline, TrialConfig, TrialResult
 
 from .._errors import OutOfSpace, is_out_of_space
