@@ -102,3 +102,20 @@ def test_gradients_that_underflow_get_loss_scaling_not_a_black_list(tmp_path):
     best = analyze(root).recommended
     assert best is not None and best["amp_level"] == "O2" and best["loss_scale"] != "none"
     assert tuple(best["black_list"]) == ()
+
+
+def test_mindspores_own_transformer_layer_gets_its_attention_not_the_layer(tmp_path):
+    """nn.TransformerEncoderLayer whose scores overflow: the search keeps nn.MultiheadAttention in FP32 (issue 41)."""
+    root = _search(
+        tmp_path,
+        "search-encoder",
+        "ampsweep.jobs.workloads.encoder_classifier:make",
+        60,
+        [0, 1],
+        grid={"amp_level": ["O2"], "clip": [None], "seed": [0, 1]},
+    )
+    _check(root, ["MultiheadAttention"])
+    grow = decode_search((root / SEARCH_FILE).read_text()).families[0].rounds[0]
+    assert {cell.cell_class for cell in grow.localized} == {"MultiheadAttention"}
+    trials = pd.read_parquet(root / "trials")
+    assert not (trials["outcome"] == "failed").any()
