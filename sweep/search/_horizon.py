@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
     from ..planning._spec import SweepSpec
 
+#: runners-up continued beside the recommendation in one round, between it and the forecast's favourite
+AHEAD = 3
 #: the profile's cells whose forecast or risk makes a candidate go first
 _OVERFLOW, _UNDERFLOW = "overflow", "underflow"
 
@@ -149,7 +151,14 @@ class HorizonCheck:
         return bool(kept & set(self.at_risk)) or (self.underflow and str(row["loss_scale"]) != "none")
 
     def _next_batch(self, ranking: pd.DataFrame) -> list[tuple[Any, str, list[str]]]:
-        """``(key, why, trial ids)`` of what this round continues; empty when the answer is final."""
+        """``(key, why, trial ids)`` of what this round continues; empty when the answer is final.
+
+        The recommendation always; with a forecast, also the best runner-up it
+        favours and (at most :data:`AHEAD` of) the ones ranked between the two,
+        which the forecast expects to break: should the recommendation break,
+        each would replace it in turn, so they are checked in the same round
+        instead of one round each.
+        """
         recommended = ranking[ranking["recommended"]]
         if recommended.empty:
             return []
@@ -159,15 +168,27 @@ class HorizonCheck:
             if self.done[key].held:
                 self.log.answer = str(top["label"])
             return []
-        batch = [(key, "the recommendation at the trials' end", str(top["trial_ids"]).split())]
+        why = "the recommendation at the trials' end" if self._round == 1 else "the recommendation now"
+        batch = [(key, why, str(top["trial_ids"]).split())]
+        if self._favoured(top):
+            return batch
+        between: list[tuple[Any, str, list[str]]] = []
         stable = ranking[(ranking["stability"] == "stable") & ~ranking["recommended"]]
         for _, row in stable.sort_values("rank").iterrows():
             other = config_key(row)
-            if other in self.done or other == key or not self._favoured(row):
+            if other in self.done or other == key:
                 continue
-            kept = ", ".join(sorted(set(row["black_list"]) & set(self.at_risk))) or "a loss scale"
-            batch.append((other, f"the forecast favours it (keeps {kept})", str(row["trial_ids"]).split()))
-            break
+            ids = str(row["trial_ids"]).split()
+            if self._favoured(row):
+                kept = ", ".join(sorted(set(row["black_list"]) & set(self.at_risk)))
+                why = (
+                    f"the forecast favours it (keeps {kept} in FP32)"
+                    if kept
+                    else "the forecast favours it (scales the loss)"
+                )
+                return [*batch, *between, (other, why, ids)]
+            if len(between) < AHEAD:
+                between.append((other, "a runner-up ranked above the forecast's favourite", ids))
         return batch
 
     def _source(self, trial_id: str) -> str:
