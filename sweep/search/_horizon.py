@@ -16,7 +16,7 @@ breaks later (the demo's 300-step answer goes NaN at ~1,126). With a
    broke is broken at that step, ``analysis.compute._load``) and ranks again.
    A break is localized like any trial's (``horizon.json`` keeps the Cell it
    named), and the recommendation moves to the next candidate, which is
-   continued in turn.
+   continued in turn, beside the best runner-up that keeps the named class in FP32.
 4. It stops once the recommendation has held to the horizon on every seed, or
    nothing is left to continue.
 
@@ -143,21 +143,28 @@ class HorizonCheck:
 
     # what to continue -------------------------------------------------------------------------
     def _favoured(self, row: Any) -> bool:
-        """Whether the forecast favours this candidate: it keeps an at-risk class in FP32, or
-        scales the loss where FP32's gradients underflow."""
+        """Whether the evidence favours this candidate: it keeps in FP32 a class the forecast puts at
+        risk or a continuation's break named (as ``search: adaptive`` adds it), or scales the loss
+        where FP32's gradients underflow."""
         if row["amp_level"] == FP32_LEVEL:
             return False
         kept = set(row["black_list"])
-        return bool(kept & set(self.at_risk)) or (self.underflow and str(row["loss_scale"]) != "none")
+        return bool(kept & self._risky()) or (self.underflow and str(row["loss_scale"]) != "none")
+
+    def _risky(self) -> set[str]:
+        """The classes at risk: the forecast's, and those the breaks so far named."""
+        named = {cell.cell_class for entry in self.done.values() for cell in entry.localized}
+        return set(self.at_risk) | named
 
     def _next_batch(self, ranking: pd.DataFrame) -> list[tuple[Any, str, list[str]]]:
         """``(key, why, trial ids)`` of what this round continues; empty when the answer is final.
 
-        The recommendation always; with a forecast, also the best runner-up it
-        favours and (at most :data:`AHEAD` of) the ones ranked between the two,
-        which the forecast expects to break: should the recommendation break,
-        each would replace it in turn, so they are checked in the same round
-        instead of one round each.
+        The recommendation always; with evidence of what breaks (the forecast,
+        or a class an earlier continuation's break named), also the best
+        runner-up that keeps it in FP32 and (at most :data:`AHEAD` of) the ones
+        ranked between the two, which the evidence expects to break: should the
+        recommendation break, each would replace it in turn, so they are checked
+        in the same round instead of one round each.
         """
         recommended = ranking[ranking["recommended"]]
         if recommended.empty:
@@ -180,15 +187,15 @@ class HorizonCheck:
                 continue
             ids = str(row["trial_ids"]).split()
             if self._favoured(row):
-                kept = ", ".join(sorted(set(row["black_list"]) & set(self.at_risk)))
+                kept = ", ".join(sorted(set(row["black_list"]) & self._risky()))
                 why = (
-                    f"the forecast favours it (keeps {kept} in FP32)"
+                    f"the evidence favours it (keeps {kept} in FP32)"
                     if kept
                     else "the forecast favours it (scales the loss)"
                 )
                 return [*batch, *between, (other, why, ids)]
             if len(between) < AHEAD:
-                between.append((other, "a runner-up ranked above the forecast's favourite", ids))
+                between.append((other, "a runner-up ranked above the evidence's favourite", ids))
         return batch
 
     def _source(self, trial_id: str) -> str:
