@@ -36,6 +36,7 @@ from ._horizon import (
     HORIZON_FOLDER,
     Continued,
     HorizonLog,
+    config_key,
     decode_horizon,
     encode_horizon,
 )
@@ -156,6 +157,7 @@ __all__ = [
     "CHECKPOINT_SNAPSHOT",
     "CONFIG_KEYS",
     "Continued",
+    "config_key",
     "HORIZON_FILE",
     "HORIZON_FOLDER",
     "HorizonLog",

@@ -26,6 +26,22 @@ HORIZON_FOLDER = "horizon"
 CONFIG_KEYS = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
 
 
+def config_key(row: Any) -> tuple[Any, ...]:
+    """A ranking or trials row's configuration (``CONFIG_KEYS``) as a comparable value.
+
+    A black list in any order is one list; a missing clip (None or NaN) is no clip.
+    """
+    values: list[Any] = []
+    for key in CONFIG_KEYS:
+        value = row[key]
+        if key == "black_list":
+            value = tuple(sorted(value))
+        elif key == "clip":
+            value = None if value is None or value != value else float(value)  # NaN != NaN
+        values.append(value)
+    return tuple(values)
+
+
 @dataclass
 class Continued:
     """One configuration continued from its trials' end to the horizon, on every seed."""

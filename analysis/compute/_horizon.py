@@ -18,13 +18,12 @@ trial by how far it really held:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import CONFIG_KEYS, Continued, HorizonLog
+from ampsweep.contracts import Continued, HorizonLog, config_key
 
 from .._model import STATUS_RECOMMENDED, HeldTo, Recommendation
 
@@ -32,18 +31,7 @@ _BROKEN = ("diverged", "failed")
 
 
 def _key(row: Any) -> tuple[Any, ...]:
-    values: list[Any] = []
-    for key in CONFIG_KEYS:
-        value = row[key]
-        if key == "black_list":
-            value = tuple(sorted(value))
-        elif key == "clip":
-            value = (
-                None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-            )
-        values.append(value)
-    values.append(int(row["seed"]))
-    return tuple(values)
+    return (*config_key(row), int(row["seed"]))
 
 
 def own_end(frame: pd.DataFrame) -> pd.Series:

@@ -9,8 +9,9 @@ nor Ray.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ampsweep.contracts import (
     HORIZON_FILE,
@@ -24,39 +25,32 @@ from ampsweep.contracts import (
 
 from ._load import resolve
 
+T = TypeVar("T")
 
-def read_search(sweep_dir: str | Path) -> SearchLog | None:
-    """The search log of a sweep folder, or None (a grid sweep, or an unreadable file)."""
+
+def _decoded(sweep_dir: str | Path, name: str, decode: Callable[[bytes], T]) -> T | None:
+    """A side file of the sweep folder, decoded; None when it is missing or does not decode."""
     loc = resolve(sweep_dir)
-    if not loc.exists(SEARCH_FILE):
+    if not loc.exists(name):
         return None
     try:
-        with loc.fs.open_input_stream(loc.join(SEARCH_FILE)) as stream:
-            return decode_search(stream.read())
+        with loc.fs.open_input_stream(loc.join(name)) as stream:
+            return decode(stream.read())
     except (ValueError, OSError):
         return None
 
 
+def read_search(sweep_dir: str | Path) -> SearchLog | None:
+    """The search log of a sweep folder, or None (a grid sweep, or an unreadable file)."""
+    return _decoded(sweep_dir, SEARCH_FILE, decode_search)
+
+
 def read_profile(sweep_dir: str | Path) -> dict[str, Any] | None:
     """The sweep's ``profile.json`` (the FP32 float16-headroom profile), or None (none written, or unreadable)."""
-    loc = resolve(sweep_dir)
-    if not loc.exists(PROFILE_FILE):
-        return None
-    try:
-        with loc.fs.open_input_stream(loc.join(PROFILE_FILE)) as stream:
-            found = json.loads(stream.read())
-    except (OSError, ValueError):
-        return None
+    found = _decoded(sweep_dir, PROFILE_FILE, json.loads)
     return found if isinstance(found, dict) and isinstance(found.get("cells"), list) else None
 
 
 def read_horizon(sweep_dir: str | Path) -> HorizonLog | None:
     """The sweep's ``horizon.json`` (what was continued to the horizon), or None (none, or unreadable)."""
-    loc = resolve(sweep_dir)
-    if not loc.exists(HORIZON_FILE):
-        return None
-    try:
-        with loc.fs.open_input_stream(loc.join(HORIZON_FILE)) as stream:
-            return decode_horizon(stream.read())
-    except (ValueError, OSError):
-        return None
+    return _decoded(sweep_dir, HORIZON_FILE, decode_horizon)

@@ -27,7 +27,6 @@ The forecast orders the work; it never decides: every answer held, measured.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +38,7 @@ from ampsweep.contracts import (
     PROFILE_FILE,
     Continued,
     HorizonLog,
+    config_key,
     encode_horizon,
     name_of,
     trial_snapshot,
@@ -61,21 +61,6 @@ if TYPE_CHECKING:
 AHEAD = 3
 #: the profile's cells whose forecast or risk makes a candidate go first
 _OVERFLOW, _UNDERFLOW = "overflow", "underflow"
-
-
-def config_key(row: Any) -> tuple[Any, ...]:
-    """A ranking or trials row's configuration, as a comparable value (NaN clip is no clip)."""
-    values = []
-    for key in CONFIG_KEYS:
-        value = row[key]
-        if key == "black_list":
-            value = tuple(sorted(value))
-        elif key == "clip":
-            value = (
-                None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-            )
-        values.append(value)
-    return tuple(values)
 
 
 def _config_dict(key: tuple[Any, ...]) -> dict[str, Any]:
