@@ -110,8 +110,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             f"shrinking, then {len(grid.clip)} clip thresholds and a confirmation round"
         )
         return 0
-    for line in sweep.plan().lines():
+    plan = sweep.plan()
+    for line in plan.lines():
         print(line)
+    ends = {t.start_step + t.steps for t in plan.trials}
+    if sweep.spec.horizon is not None and plan.trials and sweep.spec.horizon > max(ends):
+        print(
+            f"then: the recommendation (and the runners-up that would replace it) continue from their own "
+            f"snapshots at step {max(ends):,} to the horizon, step {sweep.spec.horizon:,}, until one holds"
+        )
     return 0
 
 

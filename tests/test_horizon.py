@@ -152,3 +152,17 @@ def test_late_break_past_the_trials_moves_the_answer_to_what_held(tmp_path: Path
     assert continued[answer["label"]]["held_to"] == {"0": 1800, "1": 1800}
     # the resolved spec keeps the horizon
     assert yaml.safe_load((root / "sweep.yaml").read_text())["horizon"] == 1800
+
+
+def test_plan_says_the_answer_will_be_continued_to_the_horizon(tmp_path: Path, capsys):
+    from ampsweep.sweep.cli import main
+
+    spec = tmp_path / "late.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "late", "workload": LATE, "steps": 600, "horizon": 1800, "grid": {"amp_level": ["O2"]}}
+        )
+    )
+    assert main(["plan", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "to the horizon, step 1,800" in out and "at step 600" in out
