@@ -258,12 +258,7 @@ def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series
     if len(dtypes) == 1:
         notes.append(f"only {next(iter(dtypes))} was tried as the low-precision type")
     if best is not None:
-        ids = str(best["trial_ids"]).split()
-        steps = scores.loc[scores["trial_id"].isin(ids), "steps"].dropna()
-        if len(steps):
-            notes.append(
-                f"trials ran {int(steps.max())} steps: instability that starts later in training is not covered"
-            )
+        # how far the answer held (the trials' end, or the horizon) is said by analysis.wording._held
         if best["n_seeds"] < FEW_SEEDS:
             n = int(best["n_seeds"])
             notes.append(
