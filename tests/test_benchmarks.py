@@ -55,6 +55,23 @@ EXPECTED: dict[str, list[str]] = {
         "**Forked / from step 0:",
         "ok: every forked trial's first step is 20 or later",
     ],
+    "bench_forecast": [
+        "## Forecast quality: the profile's `passes_max_at` against runs from zero (bench_forecast)",
+        "| late_softmax | 20 | O2 [], clip off (**short answer**) |",
+        "| seed_repro | 20 | O2 [], clip off (**short answer**) |",
+        "### The profiles",
+    ],
+    "bench_horizon": [
+        "## Time to a confirmed answer (bench_horizon)",
+        "| ampsweep from step 0 |",
+        "| ampsweep `horizon: 40` |",
+        "**Horizon / from step 0:",
+        "### What the horizon way continued",
+        "| 1 | O2, black_list [], clip off | the recommendation at the trials' end |",
+        "### Where the time goes",
+        "ok: every continuation's first step is 20 or later",
+        "ok: horizon.json: horizon 40, trials_end 20",
+    ],
     "bench_launch": [
         "## Op launch on one CPU core: synchronous against asynchronous (bench_launch)",
         "| PyNative step with hooks on every Cell |",
@@ -136,12 +153,14 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
     order = [
         "bench_vs_tune",
         "bench_late",
+        "bench_horizon",
         "bench_limit",
         "bench_launcher",
         "bench_capture",
         "bench_compiles",
         "bench_launch",
         "bench_localize",
+        "bench_forecast",
         "bench_watch",
         "bench_analysis",
     ]
