@@ -21,6 +21,7 @@ from .cluster._launcher import run_sweep
 from .planning._plan import SweepPlan
 from .planning._spec import SweepSpec, parse_spec, read_spec
 from .planning._workload_check import WorkloadFacts, check_workload
+from .scheduling._slot import Slot
 from .search._horizon import HorizonCheck
 from .search._search import AdaptiveSearch
 
@@ -70,8 +71,10 @@ class Sweep:
         if self.spec.search == "adaptive":
             return AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config).run()
         plan = self.plan()
-        result = run_sweep(plan, self.resolved_yaml(), str(out), config)
+        workers: list[Slot] = []  # the grid's actors, kept for the continuation to the horizon
+        result = run_sweep(plan, self.resolved_yaml(), str(out), config, workers=workers)
         if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
             profile = result.profile.as_json() if result.profile is not None else None
-            HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), config, profile).run(result)
+            check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), config, profile)
+            check.run(result, workers)
         return result

@@ -50,6 +50,7 @@ from .._result import SweepResult
 from ..cluster._launcher import run_sweep
 from ..planning._plan import SweepPlan
 from ..planning._start import StartPoint
+from ..scheduling._slot import Slot
 from ..store._store import SweepStore
 
 if TYPE_CHECKING:
@@ -221,7 +222,9 @@ class HorizonCheck:
         return trial, StartPoint(step=end, snapshot=snapshot)
 
     # running ------------------------------------------------------------------------------------
-    def _run_round(self, batch: list[tuple[Any, str, list[str]]], totals: SweepResult) -> None:
+    def _run_round(
+        self, batch: list[tuple[Any, str, list[str]]], totals: SweepResult, workers: list[Slot] | None
+    ) -> None:
         trials: list[TrialConfig] = []
         starts: dict[str, StartPoint] = {}
         entries: list[Continued] = []
@@ -240,8 +243,12 @@ class HorizonCheck:
             entries.append(entry)
         plan = SweepPlan(HORIZON_FOLDER, self.plan.workload_ref, self.plan.devices, trials, {}, starts)
         if trials:
+            # no profile per round: the grid's own is the forecast, and the report shows that one
+            config = replace(self.config, profile=False)
             totals.add_run(
-                run_sweep(plan, self.resolved_yaml, self.store.root, self.config, self.store.snapshot_folder)
+                run_sweep(
+                    plan, self.resolved_yaml, self.store.root, config, self.store.snapshot_folder, workers
+                )
             )
         for (key, _, _), entry in zip(batch, entries, strict=True):
             self._judge(entry, trials)
@@ -274,7 +281,8 @@ class HorizonCheck:
     def _save(self) -> None:
         self.store.write_text(HORIZON_FILE, encode_horizon(self.log))
 
-    def run(self, totals: SweepResult) -> SweepResult:
+    def run(self, totals: SweepResult, workers: list[Slot] | None = None) -> SweepResult:
+        """Continue until the recommendation held (``workers``: the grid's actors, reused)."""
         from ampsweep.analysis import analyze
 
         limit = len(self.plan.trials) + 1  # every round continues at least one new configuration
@@ -283,6 +291,6 @@ class HorizonCheck:
             batch = self._next_batch(analyze(self.store.root, figures=False).ranking)
             if not batch:
                 break
-            self._run_round(batch, totals)
+            self._run_round(batch, totals, workers)
         self._save()
         return totals

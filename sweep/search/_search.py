@@ -25,6 +25,7 @@ same decisions again without rerunning them. ``search.json`` records the path.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ampsweep.contracts import (
@@ -45,6 +46,7 @@ from .._result import SweepResult
 from ..cluster._launcher import run_sweep
 from ..planning._grid import equivalents
 from ..planning._plan import SweepPlan, starts_of
+from ..scheduling._slot import Slot
 from ..store._store import SweepStore
 from ._search_rules import (
     SeedEvidence,
@@ -73,6 +75,10 @@ class AdaptiveSearch:
         self.resolved_yaml = resolved_yaml
         self.out = out
         self.config = config
+        # a round's end is not the sweep's: no FP32 profile after each (the CLI profiles once, at the end)
+        self.run_config = replace(config, profile=False)
+        #: the actors of the first round, reused by every later one (``run_sweep``'s ``workers``)
+        self.workers: list[Slot] = []
         self.store = SweepStore(out, self.spec.name)
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
@@ -129,7 +135,11 @@ class AdaptiveSearch:
         starts = starts_of(planned, self.workload.starts)
         plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
         out = self.out if target is self.store else self.store.root
-        self.totals.add_run(run_sweep(plan, self.resolved_yaml, out, self.config, self.store.snapshot_folder))
+        self.totals.add_run(
+            run_sweep(
+                plan, self.resolved_yaml, out, self.run_config, self.store.snapshot_folder, self.workers
+            )
+        )
 
     def _evidence(
         self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
