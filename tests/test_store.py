@@ -54,6 +54,8 @@ PINNED = {
         ("started_at", "timestamp[ms, tz=UTC]"),
         ("diagnose_s", "double"),
         ("fp32_cells", "string"),
+        ("fp32_params", "int64"),
+        ("fp32_cell_paths", "list<item: string>"),
     ],
     "steps": [
         ("step", "int64"),
