@@ -58,9 +58,9 @@ if TYPE_CHECKING:
 
     from ..planning._spec import SweepSpec
 
-#: runners-up continued beside the recommendation in one round, between it and the forecast's favourite
+#: runners-up continued beside the recommendation in one round, ranked between it and the evidence's favourite
 AHEAD = 3
-#: the profile's cells whose forecast or risk makes a candidate go first
+#: the profile's risk names: an overflow forecast, or gradients that underflow
 _OVERFLOW, _UNDERFLOW = "overflow", "underflow"
 
 
