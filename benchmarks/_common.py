@@ -16,10 +16,12 @@ fallback for a trial no worker finished (``started_at`` null).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,3 +214,45 @@ def mb(n_bytes: float) -> str:
 
 def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
+
+
+def recommended_config(root: Path) -> dict[str, Any]:
+    """amp_level, black_list (sorted), clip of a sweep's ``report/recommendation.json``: the answer two
+    ways of running a grid are compared on (``config`` None when nothing is stable)."""
+    path = root / "report" / "recommendation.json"
+    if not path.is_file():
+        return {"status": "no report", "config": None}
+    rec = json.loads(path.read_text())
+    config = rec.get("config")
+    if config is None and rec.get("recommendations"):
+        config = rec["recommendations"][0].get("config")
+    picked = None
+    if config is not None:
+        picked = {
+            "amp_level": config["amp_level"],
+            "black_list": sorted(config["black_list"]),
+            "clip": config["clip"],
+        }
+    return {"status": rec.get("status"), "config": picked}
+
+
+def _load_now() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return float("nan")
+
+
+def timed(name: str, label: str, body: Callable[[], Any], settle: bool) -> tuple[Any, tuple[float, float]]:
+    """Wait (20 s at most) for the previous way's processes to wind down, run ``body``, and note the
+    1-minute load before and after: ways timed back to back on a shared machine compare only so."""
+    from ._machine import wait_for_quiet
+
+    if settle:
+        wait_for_quiet(max_wait=20.0)
+    before = _load_now()
+    log(name, f"{label} (1-minute load {before})")
+    started = time.perf_counter()
+    value = body()
+    log(name, f"{label}: done in {time.perf_counter() - started:.1f} s")
+    return value, (before, _load_now())

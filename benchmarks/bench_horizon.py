@@ -29,17 +29,24 @@ at the tiny smoke-test size).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ._common import CliRun, log, run_cli, trial_ends, trial_starts, verdict, worker_busy_s
-from ._machine import machine_rows, now_utc, wait_for_quiet
+from ._common import (
+    CliRun,
+    recommended_config,
+    run_cli,
+    timed,
+    trial_ends,
+    trial_starts,
+    verdict,
+    worker_busy_s,
+)
+from ._machine import machine_rows, now_utc
 
 NAME = "bench_horizon"
 HERE = Path(__file__).resolve().parent
@@ -88,25 +95,6 @@ def _spec(size: dict[str, Any], horizon: bool) -> dict[str, Any]:
 
 
 # --- what a sweep folder says ------------------------------------------------------------------------
-
-
-def _answer(root: Path) -> dict[str, Any]:
-    """amp_level, black_list, clip of ``report/recommendation.json`` (``config`` None when nothing is stable)."""
-    path = root / "report" / "recommendation.json"
-    if not path.is_file():
-        return {"status": "no report", "config": None}
-    rec = json.loads(path.read_text())
-    config = rec.get("config")
-    if config is None and rec.get("recommendations"):
-        config = rec["recommendations"][0].get("config")
-    picked = None
-    if config is not None:
-        picked = {
-            "amp_level": config["amp_level"],
-            "black_list": sorted(config["black_list"]),
-            "clip": config["clip"],
-        }
-    return {"status": rec.get("status"), "config": picked}
 
 
 def _steps_rows(folder: Path) -> int:
@@ -306,7 +294,7 @@ def _way(name: str, run: CliRun, load: tuple[float, float], horizon: int, seeds:
     cont = pd.concat([t for _, t in rounds]) if rounds else None
     grid_steps = int(run.steps_rows)
     horizon_steps = _steps_rows(run.root / "horizon")
-    answer = _answer(run.root)
+    answer = recommended_config(run.root)
     t = run.trials
     mixed = t[t["amp_level"] != "O0"]
     nan_steps = sorted(int(v) for v in mixed["first_nonfinite_step"].dropna())
@@ -352,24 +340,6 @@ def _way(name: str, run: CliRun, load: tuple[float, float], horizon: int, seeds:
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def _loadavg() -> float:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return float("nan")
-
-
-def _timed(label: str, body: Callable[[], Any], settle: bool) -> tuple[Any, tuple[float, float]]:
-    if settle:
-        wait_for_quiet(max_wait=20.0)
-    before = _loadavg()
-    log(NAME, f"{label} (1-minute load {before})")
-    started = time.perf_counter()
-    value = body()
-    log(NAME, f"{label}: done in {time.perf_counter() - started:.1f} s")
-    return value, (before, _loadavg())
-
-
 def run(tiny: bool = False) -> str:
     size = TINY if tiny else FULL
     n_trials = _n_trials(size["grid"])
@@ -391,10 +361,10 @@ def run(tiny: bool = False) -> str:
         ]
         if tiny:  # the smoke test checks the plumbing, not the figures: both at once, no waiting
             with ThreadPoolExecutor(max_workers=2) as pool:
-                futures = {key: pool.submit(_timed, label, body, False) for key, label, body in plan}
+                futures = {key: pool.submit(timed, NAME, label, body, False) for key, label, body in plan}
                 done = {key: future.result() for key, future in futures.items()}
         else:
-            done = {key: _timed(label, body, True) for key, label, body in plan}
+            done = {key: timed(NAME, label, body, settle=True) for key, label, body in plan}
         (zero, zero_load), (hor, hor_load) = done["zero"], done["horizon"]
         ways = [
             _way("ampsweep from step 0", zero, zero_load, horizon, seeds),

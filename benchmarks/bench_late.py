@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ._common import ROOT, child_env, log, run_cli, verdict
-from ._machine import machine_rows, now_utc, wait_for_quiet
+from ._common import ROOT, child_env, recommended_config, run_cli, timed, verdict
+from ._machine import machine_rows, now_utc
 from .bench_vs_tune import _ray_version
 
 NAME = "bench_late"
@@ -110,25 +110,6 @@ def _spec(size: dict[str, Any], forked: bool) -> dict[str, Any]:
 # --- ampsweep: what the sweep folder says ---------------------------------------------------------
 
 
-def _recommendation(root: Path) -> dict[str, Any]:
-    """amp_level, black_list, clip of ``report/recommendation.json`` (``config`` None when nothing is stable)."""
-    path = root / "report" / "recommendation.json"
-    if not path.is_file():
-        return {"status": "no report", "config": None}
-    rec = json.loads(path.read_text())
-    config = rec.get("config")
-    if config is None and rec.get("recommendations"):
-        config = rec["recommendations"][0].get("config")
-    picked = None
-    if config is not None:
-        picked = {
-            "amp_level": config["amp_level"],
-            "black_list": list(config["black_list"]),
-            "clip": config["clip"],
-        }
-    return {"status": rec.get("status"), "config": picked}
-
-
 def _first_steps(root: Path) -> dict[str, int]:
     """Each trial's first recorded step, from the steps table (hive partition ``trial_id`` as a string)."""
     import pyarrow as pa
@@ -163,7 +144,7 @@ def _ampsweep_way(name: str, run: Any, prefix_steps: int, load: tuple[float, flo
         "trials": int(len(t)),
         "nonfinite_trials": diverged,
         "first_nonfinite_steps": [nan_steps[0], nan_steps[-1]] if nan_steps else None,
-        "answer": _recommendation(run.root),
+        "answer": recommended_config(run.root),
         "load": list(load),
         # for the consistency checks: the sweep phase and each worker's busy time lie inside the wall
         "sweep_phase_s": round(run.last_end - run.first_start, 2),
@@ -323,25 +304,6 @@ def _tune_way(name: str, result: dict[str, Any], steps: int, load: tuple[float, 
 # --- the section -----------------------------------------------------------------------------------
 
 
-def _loadavg() -> float:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except OSError:
-        return float("nan")
-
-
-def _timed(label: str, body: Callable[[], Any], settle: bool) -> tuple[Any, tuple[float, float]]:
-    """Wait (20 s at most) for the previous way's processes to wind down, run, note the load before and after."""
-    if settle:
-        wait_for_quiet(max_wait=20.0)
-    before = _loadavg()
-    log(NAME, f"{label} (1-minute load {before})")
-    started = time.perf_counter()
-    value = body()
-    log(NAME, f"{label}: done in {time.perf_counter() - started:.1f} s")
-    return value, (before, _loadavg())
-
-
 def run(tiny: bool = False) -> str:
     size = TINY if tiny else FULL
     n_trials = _n_trials(size["grid"])
@@ -374,10 +336,10 @@ def run(tiny: bool = False) -> str:
             # the smoke test checks the plumbing, not the figures: two ways at a time, and
             # no waiting for quiet CPUs (it runs beside other benchmarks), so it stays short
             with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-                futures = {key: pool.submit(_timed, label, body, False) for key, label, body in plan}
+                futures = {key: pool.submit(timed, NAME, label, body, False) for key, label, body in plan}
                 done = {key: future.result() for key, future in futures.items()}
         else:  # back to back, each after the CPUs have settled
-            done = {key: _timed(label, body, True) for key, label, body in plan}
+            done = {key: timed(NAME, label, body, settle=True) for key, label, body in plan}
         (zero, zero_load), (forked, forked_load) = done["zero"], done["forked"]
         from ampsweep.contracts import SNAPSHOT_FOLDER
 
