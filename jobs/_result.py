@@ -8,7 +8,6 @@ commits. Tables travel as Arrow, so the driver writes them without copying.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -19,7 +18,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TR
 
 from ._config import TrialConfig
 from ._placement import Placement
-from .training._amp import BlackListNotApplicable, Fp32Part, fp32_cells_mechanism, recorded_fp32_part
+from .training._amp import Fp32Part, fp32_cells_mechanism, recorded_fp32_part
 
 
 def _empty(schema: pa.Schema) -> pa.Table:
@@ -81,29 +80,18 @@ class TrialResult:
         traceback: str | None = None,
         wall_s: float = 0.0,
         target_loss: float | None = None,
+        outcome: Outcome = Outcome.FAILED,
     ) -> TrialResult:
         """A trial that raised, or that no worker could finish (``error`` is one line).
 
-        Called while handling a :class:`BlackListNotApplicable` (the cast could
-        not keep a listed class in FP32), the outcome is ``not_applicable``
-        with that one line as its reason, and no traceback: the configuration
-        was never tried, which is neither a failure nor a sign of instability.
-        The exception is the one being handled (``sys.exc_info``), so the
-        trainer's single ``except`` needs no second path.
+        ``outcome`` ``not_applicable``: the cast could not keep a listed class in
+        FP32 (``BlackListNotApplicable``), so the configuration was never tried,
+        which is neither a failure nor a sign of instability; its one line is
+        the reason, with no traceback.
         """
-        handling = sys.exc_info()[1]
-        if isinstance(handling, BlackListNotApplicable):
-            return cls(
-                config=config,
-                outcome=Outcome.NOT_APPLICABLE,
-                placement=placement,
-                target_loss=target_loss,
-                wall_s=wall_s,
-                error=str(handling),
-            )
         return cls(
             config=config,
-            outcome=Outcome.FAILED,
+            outcome=outcome,
             placement=placement,
             target_loss=target_loss,
             wall_s=wall_s,

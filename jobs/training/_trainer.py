@@ -32,6 +32,7 @@ from .._config import TrialConfig
 from .._placement import Placement
 from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
+from ._amp import BlackListNotApplicable
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
 from ._snapshot import recall, snapshot_of, starting_from
@@ -330,6 +331,15 @@ def run_trial(
     except Exception as exc:  # a trial's failure must not stop the sweep
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
+        if isinstance(exc, BlackListNotApplicable):  # never tried: not a failure of mixed precision
+            return TrialResult.failure(
+                config,
+                str(exc),
+                placement,
+                wall_s=time.perf_counter() - started,
+                target_loss=target_loss,
+                outcome=Outcome.NOT_APPLICABLE,
+            )
         return TrialResult.failure(
             config,
             _with_hint(config, exc),
