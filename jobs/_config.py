@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL, parse_loss_scale, trial_name
+from ampsweep.contracts import FP32_LEVEL, Configuration
 
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (
@@ -27,10 +27,6 @@ _IDENTITY_FIELDS = (
     "dtype",
     "seed",
 )
-
-#: Values that make the same compiled graph: trials that differ only elsewhere
-#: (clip, seed, static scale value) can share one network and one compile.
-_GRAPH_FIELDS = ("workload", "workload_args", "amp_level", "black_list", "dtype")
 
 
 def _short_hash(payload: dict[str, Any]) -> str:
@@ -109,21 +105,23 @@ class TrialConfig:
 
     @cached_property
     def graph_id(self) -> str:
-        data = self.canonical()
-        graph = {key: data[key] for key in _GRAPH_FIELDS if key in data}
-        if "loss_placement" in data:
-            graph["loss_placement"] = data["loss_placement"]
-        if self.amp_level == FP32_LEVEL:
-            # O0 casts nothing: every black list, dtype and loss placement builds the
-            # same FP32 graph, so a worker compiles it once for all of them
-            for key in ("black_list", "dtype", "loss_placement"):
-                graph.pop(key, None)
-        graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind  # the value is state, not graph
+        """The workload and :meth:`Configuration.graph_fields`: trials that differ only elsewhere
+        (clip, seed, a static scale's value) share one network and one compile."""
+        graph = {"workload": self.workload, "workload_args": self.workload_args}
+        graph.update(self.configuration.graph_fields())
+        if self.loss_placement == "inside":
+            graph.pop("loss_placement", None)  # out of the hash, as in :meth:`canonical`
         return _short_hash(graph)
+
+    @cached_property
+    def configuration(self) -> Configuration:
+        """What the user chose for this trial, except the seed (no device kind: not run yet)."""
+        return Configuration(
+            self.amp_level, self.black_list, self.clip, self.loss_scale, self.dtype, self.loss_placement
+        )
 
     @property
     def label(self) -> str:
-        """The trial as every output names it (``ampsweep.contracts.trial_name``), dtype and loss placement
-        spelled: 'O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · seed 0'."""
-        keys = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
-        return trial_name({k: getattr(self, k) for k in keys}, self.seed, spell=("dtype", "loss_placement"))
+        """The trial as every output names it, dtype and loss placement spelled:
+        'O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · seed 0'."""
+        return self.configuration.trial_name(self.seed, spell=("dtype", "loss_placement"))

@@ -1,4 +1,4 @@
-"""One name for a configuration in every output (``ampsweep.contracts._naming``).
+"""One name for a configuration in every output (``ampsweep.contracts.Configuration``, ``_naming``).
 
 The unit tests pin the style; the rest write a real report with the existing
 sweep writers (``tests.test_analysis``, ``tests.test_terminal``) and check that
@@ -23,17 +23,7 @@ import pytest
 
 from ampsweep import analysis
 from ampsweep.analysis.render._terminal import render_terminal
-from ampsweep.contracts import (
-    black_list_name,
-    black_list_value,
-    clip_name,
-    clip_value,
-    config_id,
-    config_name,
-    loss_scale_name,
-    name_of,
-    trial_name,
-)
+from ampsweep.contracts import Configuration, black_list_value, clip_name, clip_value, loss_scale_name
 from ampsweep.jobs._config import TrialConfig
 from tests.test_analysis import CURVE, build_ranked_sweep, write_anomaly, write_trial
 from tests.test_terminal import build_late_sweep
@@ -56,43 +46,136 @@ def test_a_clip_is_written_one_way() -> None:
 def test_black_lists_and_loss_scales() -> None:
     assert black_list_value(["CustomNorm", "ExpSoftmax"]) == "CustomNorm, ExpSoftmax"
     assert black_list_value(np.array([], dtype=object)) == "none"
-    assert black_list_name(("CustomNorm",)) == "FP32: CustomNorm" and black_list_name(()) == ""
     assert loss_scale_name("dynamic") == "loss scale dynamic"
     assert loss_scale_name("none") == loss_scale_name(None) == "no loss scaling"
 
 
 def test_the_readable_style() -> None:
-    assert config_name("O2", ["CustomNorm"], 5.0) == "O2 · FP32: CustomNorm · clip 5.0"
-    assert config_name("O2", [], math.nan, "dynamic") == "O2 · no clip · loss scale dynamic"
-    assert config_name("O2", [], 1.0, dtype="bfloat16") == "O2 bfloat16 · clip 1.0", (
+    assert Configuration("O2", ("CustomNorm",), 5.0).name() == "O2 · FP32: CustomNorm · clip 5.0"
+    assert Configuration("O2", (), math.nan, "dynamic").name() == "O2 · no clip · loss scale dynamic"
+    assert Configuration("O2", clip=1.0, dtype="bfloat16").name() == "O2 bfloat16 · clip 1.0", (
         "a non-default dtype shows"
     )
-    spelled = config_name("O2", [], 1.0, loss_placement="inside", device_kind="gpu", spell={"loss_placement"})
+    spelled = Configuration("O2", clip=1.0, loss_placement="inside", device_kind="gpu").name(
+        {"loss_placement"}
+    )
     assert spelled == "O2 · clip 1.0 · loss inside"
 
 
 def test_o0_is_fp32() -> None:
     """Under O0 nothing is cast: no black list, no dtype, no loss placement, no 'no clip'."""
-    assert config_name("O0", ["CustomNorm"], None, dtype="bfloat16", loss_placement="inside") == "FP32"
-    assert config_name("O0", [], 1.0, "dynamic") == "FP32 · clip 1.0 · loss scale dynamic"
+    assert Configuration("O0", ("CustomNorm",), dtype="bfloat16", loss_placement="inside").name() == "FP32"
+    assert Configuration("O0", (), 1.0, "dynamic").name() == "FP32 · clip 1.0 · loss scale dynamic"
 
 
 def test_the_id_names_every_choice_in_the_same_style() -> None:
     assert (
-        config_id("O2", ["CustomNorm"], 5.0, "none", "float16", "outside", "cpu")
+        Configuration("O2", ("CustomNorm",), 5.0, "none", "float16", "outside", "cpu").id
         == "O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · on cpu"
     )
-    assert config_id("O0", [], None, "none", "float16", "outside", "gpu") == "FP32 · on gpu"
+    assert Configuration("O0", device_kind="gpu").id == "FP32 · on gpu"
+
+
+def test_one_configuration_whatever_form_its_row_holds() -> None:
+    """A Parquet row (array, NaN clip), a ranking row (tuple, None) and a label read as one value."""
+    parquet = {
+        "amp_level": "O2",
+        "black_list": np.array(["B", "A", "A"]),
+        "clip": np.nan,
+        "loss_scale": "none",
+    }
+    ranking = {
+        "amp_level": "O2",
+        "black_list": ("A", "B"),
+        "clip": None,
+        "dtype": "float16",
+        "device_kind": "",
+    }
+    label = {"amp_level": "O2", "black_list_key": "[A, B]", "clip": float("nan")}
+    same = {Configuration.from_row(r) for r in (parquet, ranking, label)}
+    assert same == {Configuration("O2", ("B", "A"))}
+    config = same.pop()
+    assert config.black_list == ("A", "B") and config.clip is None
+    assert Configuration.from_row(config.as_row()) == config and config.key == tuple(config.as_row().values())
+    assert config.with_black_list(["A"]) == Configuration("O2", ("A",))
+    assert Configuration("O2", "CustomNorm").black_list == ("CustomNorm",)
+
+
+def test_graph_fields_ignore_what_o0_never_casts() -> None:
+    o0 = [
+        Configuration("O0", black, dtype=d, loss_placement=p)
+        for black, d, p in [((), "float16", "outside"), (("X",), "bfloat16", "inside")]
+    ]
+    assert o0[0].graph_fields() == o0[1].graph_fields() == {"amp_level": "O0", "loss_scale": "none"}
+    static = [
+        Configuration("O2", clip=c, loss_scale=f"static:{v}").graph_fields()
+        for c, v in [(1.0, 8), (None, 1024)]
+    ]
+    assert static[0] == static[1] and static[0]["loss_scale"] == "static"
+
+
+def test_trial_and_graph_ids_are_those_sweeps_were_resumed_by() -> None:
+    """The ids hash the canonical JSON as before :class:`Configuration` existed; these were computed by that code."""
+    cases = [
+        (
+            TrialConfig(
+                "examples/mlp.py", 100, 10, "O2", ("LayerNorm", "Dense"), 1.0, "dynamic", "float16", 0
+            ),
+            "ef19e76c915c",
+            "c7d9e1d25109",
+        ),
+        (
+            TrialConfig(
+                "examples/mlp.py",
+                100,
+                10,
+                "O2",
+                (),
+                None,
+                "static:1024",
+                "bfloat16",
+                2,
+                loss_placement="inside",
+            ),
+            "d80158708782",
+            "f299b55f9a2f",
+        ),
+        (
+            TrialConfig(
+                "w.py:make", 50, 5, "O0", ("X",), 5.0, "none", "float16", 1, workload_args={"width": 8}
+            ),
+            "c1da2e888fe2",
+            "838aac22ef40",
+        ),
+        (
+            TrialConfig(
+                "w.py:make",
+                50,
+                5,
+                "O3",
+                ("X",),
+                0.25,
+                "none",
+                "float16",
+                1,
+                start_step=20,
+                start_from="abc",
+                save_snapshot=True,
+            ),
+            "1511705df8f8",
+            "c80ccc2f6a0d",
+        ),
+    ]
+    for trial, trial_id, graph_id in cases:
+        assert (trial.trial_id, trial.graph_id) == (trial_id, graph_id), trial.label
 
 
 def test_plan_lines_use_the_same_name() -> None:
     """``ampsweep plan`` lists each trial by ``TrialConfig.label``."""
     trial = TrialConfig("w.py", 10, 5, "O2", ("CustomNorm",), 5.0, "none", "float16", 3)
     assert trial.label == "O2 float16 · FP32: CustomNorm · clip 5.0 · loss outside · seed 3"
-    assert trial.label == trial_name(
-        {"amp_level": "O2", "black_list": ["CustomNorm"], "clip": 5.0, "dtype": "float16"},
-        3,
-        spell=("dtype", "loss_placement"),
+    assert trial.label == Configuration("O2", ["CustomNorm"], 5.0).trial_name(
+        3, spell=("dtype", "loss_placement")
     )
     fp32 = TrialConfig("w.py", 10, 5, "O0", ("CustomNorm",), None, "none", "float16", 0)
     assert fp32.label == "FP32 · seed 0"
@@ -130,7 +213,7 @@ def _names(result: analysis.SweepAnalysis) -> list[str]:
     """Every configuration's name, from the naming module: the optional parts where they vary."""
     ranking = result.ranking
     varies = {c for c in ("dtype", "loss_placement", "device_kind") if ranking[c].nunique() > 1}
-    return [name_of(row, varies) for row in ranking.to_dict("records")]
+    return [Configuration.from_row(row).name(varies) for row in ranking.to_dict("records")]
 
 
 def test_the_ranking_is_named_by_the_naming_module(report) -> None:
@@ -138,9 +221,7 @@ def test_the_ranking_is_named_by_the_naming_module(report) -> None:
     names = _names(result)
     assert list(result.ranking["label"]) == names and len(set(names)) == len(names)
     assert "O2 · FP32: CustomNorm · clip 1.0" in names and "FP32" in names
-    ids = [
-        name_of(row, ("dtype", "loss_placement", "device_kind")) for row in result.ranking.to_dict("records")
-    ]
+    ids = [Configuration.from_row(row).id for row in result.ranking.to_dict("records")]
     assert list(result.ranking["config_id"]) == ids
 
 
@@ -187,7 +268,7 @@ def test_json_names(report) -> None:
     rec = doc["recommendations"][0]
     best = result.recommended
     assert best is not None
-    assert rec["config_id"] == best["config_id"] == config_id(**rec["config"])
+    assert rec["config_id"] == best["config_id"] == Configuration.from_row(rec["config"]).id
     assert rec["evidence"]["fp32"]["label"] == "FP32"
     assert rec["evidence"]["runner_up"]["label"] in _names(result)
     assert all(n["label"] for n in rec["evidence"]["neighbours"])

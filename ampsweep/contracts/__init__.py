@@ -10,6 +10,16 @@ without importing ``sweep`` or ``jobs``.
 
 from __future__ import annotations
 
+from ._configuration import (
+    CONFIG_KEYS,
+    Configuration,
+    black_list_of,
+    config_id,
+    config_key,
+    config_name,
+    name_of,
+    trial_name,
+)
 from ._formulas import (
     FINAL_FRACTION,
     FLOAT16_MAX,
@@ -31,12 +41,10 @@ from ._formulas import (
     underflow_excess,
 )
 from ._horizon import (
-    CONFIG_KEYS,
     HORIZON_FILE,
     HORIZON_FOLDER,
     Continued,
     HorizonLog,
-    config_key,
     decode_horizon,
     encode_horizon,
 )
@@ -70,18 +78,13 @@ from ._loss_scale import (
 )
 from ._naming import (
     NAME_SEPARATOR,
-    black_list_name,
     black_list_value,
     cast_name,
     clip_name,
     clip_value,
-    config_id,
-    config_name,
     level_name,
     loss_placement_name,
     loss_scale_name,
-    name_of,
-    trial_name,
 )
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, locate_file, parse_reference
@@ -200,16 +203,17 @@ __all__ = [
     "trial_folder",
     "trial_row_path",
     "NAME_SEPARATOR",
-    "black_list_name",
     "black_list_value",
     "cast_name",
     "clip_name",
     "clip_value",
-    "config_id",
-    "config_name",
     "level_name",
     "loss_placement_name",
     "loss_scale_name",
     "name_of",
+    "Configuration",
+    "config_id",
+    "config_name",
     "trial_name",
+    "black_list_of",
 ]

@@ -22,32 +22,14 @@ from ._search import LocalizedCell
 HORIZON_FILE = "horizon.json"
 #: Sub-folder (a sweep folder of its own) holding the continuations.
 HORIZON_FOLDER = "horizon"
-#: The configuration keys a continuation shares with the trials it continues.
-CONFIG_KEYS = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
-
-
-def config_key(row: Any) -> tuple[Any, ...]:
-    """A ranking or trials row's configuration (``CONFIG_KEYS``) as a comparable value.
-
-    A black list in any order is one list; a missing clip (None or NaN) is no clip.
-    """
-    values: list[Any] = []
-    for key in CONFIG_KEYS:
-        value = row[key]
-        if key == "black_list":
-            value = tuple(sorted(value))
-        elif key == "clip":
-            value = None if value is None or value != value else float(value)  # NaN != NaN
-        values.append(value)
-    return tuple(values)
 
 
 @dataclass
 class Continued:
     """One configuration continued from its trials' end to the horizon, on every seed."""
 
-    label: str  # the configuration's name (``config_name``)
-    config: dict[str, Any]  # CONFIG_KEYS
+    label: str  # the configuration's name (``Configuration.name()``)
+    config: dict[str, Any]  # ``Configuration.as_row()`` without the device kind
     round: int
     why: str  # why it was continued: recommended, a runner-up, the profile's forecast, FP32 baseline
     #: seed -> the last global step it was finite to (the horizon when it held)

@@ -16,11 +16,13 @@ find in every other. The style:
   when one was set); the planner counts the O0 trials that differ only in
   those as equivalent, so the ranking never shows two of them.
 
-:func:`config_name` is the name a person reads, with only the optional parts
-that differ between the rows shown; :func:`config_id` spells every part and is
-the configuration's stable key (``config_id`` in ranking.csv and
-recommendation.json). A clip threshold is written by :func:`clip_value` only
-(``5.0``, ``off``), a black list by :func:`black_list_value` only.
+This module writes the parts; :meth:`Configuration.name
+<ampsweep.contracts.Configuration.name>` joins them into the name a person
+reads (only the optional parts that differ between the rows shown) and
+:attr:`Configuration.id <ampsweep.contracts.Configuration.id>` spells every
+part (the stable key, ``config_id`` in ranking.csv and recommendation.json).
+A clip threshold is written by :func:`clip_value` only (``5.0``, ``off``), a
+black list by :func:`black_list_value` only.
 
 Plain values in, text out (no pandas), so every part can import it.
 """
@@ -28,7 +30,7 @@ Plain values in, text out (no pandas), so every part can import it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from ._verdict import FP32_LEVEL
@@ -41,7 +43,7 @@ OPTIONAL_PARTS = frozenset({"dtype", "loss_placement", "device_kind"})
 _NO_LOSS_SCALE = ("", "none")
 
 
-def _missing(value: Any) -> bool:
+def missing(value: Any) -> bool:
     """None, NaN or pandas' NA: a clip that is off."""
     if value is None:
         return True
@@ -57,23 +59,17 @@ def _classes(black_list: Iterable[Any] | None) -> tuple[str, ...]:
 
 def clip_value(clip: Any) -> str:
     """The threshold as the user typed it in the spec: '5.0', '0.25'; 'off' when there is none."""
-    return "off" if _missing(clip) else repr(float(clip))
+    return "off" if missing(clip) else repr(float(clip))
 
 
 def clip_name(clip: Any) -> str:
     """'clip 5.0', or 'no clip'."""
-    return "no clip" if _missing(clip) else f"clip {clip_value(clip)}"
+    return "no clip" if missing(clip) else f"clip {clip_value(clip)}"
 
 
 def black_list_value(black_list: Iterable[Any] | None) -> str:
     """'CustomNorm, ExpSoftmax'; 'none' for an empty black list."""
     return ", ".join(_classes(black_list)) or "none"
-
-
-def black_list_name(black_list: Iterable[Any] | None) -> str:
-    """'FP32: CustomNorm, ExpSoftmax' (the classes kept in FP32); '' for an empty black list."""
-    classes = _classes(black_list)
-    return f"{FP32_NAME}: {', '.join(classes)}" if classes else ""
 
 
 def _scaled(loss_scale: Any) -> bool:
@@ -115,68 +111,4 @@ def cast_name(
     classes = _classes(black_list)
     if not classes or str(amp_level) == FP32_LEVEL:
         return level
-    return f"{level}{NAME_SEPARATOR}{black_list_name(classes)}"
-
-
-def config_name(
-    amp_level: Any,
-    black_list: Iterable[Any] | None = (),
-    clip: Any = None,
-    loss_scale: Any = "none",
-    dtype: Any = DEFAULT_DTYPE,
-    loss_placement: Any = "outside",
-    device_kind: Any = "",
-    *,
-    spell: Iterable[str] = (),
-) -> str:
-    """'O2 · FP32: CustomNorm · clip 5.0', 'FP32', 'FP32 · loss scale dynamic', 'O2 bfloat16 · no clip'.
-
-    ``spell``: which of :data:`OPTIONAL_PARTS` to name ("dtype",
-    "loss_placement", "device_kind"); a non-float16 dtype is always named.
-    """
-    spelled = frozenset(spell)
-    fp32 = str(amp_level) == FP32_LEVEL
-    parts = [cast_name(amp_level, black_list, dtype, spell_dtype="dtype" in spelled)]
-    if not fp32 or not _missing(clip):  # an O0 run is plain FP32: its clip is named only when one was set
-        parts.append(clip_name(clip))
-    if _scaled(loss_scale):
-        parts.append(loss_scale_name(loss_scale))
-    if "loss_placement" in spelled and not fp32:
-        parts.append(loss_placement_name(loss_placement))
-    if "device_kind" in spelled:
-        parts.append(f"on {device_kind or 'an unknown device kind'}")
-    return NAME_SEPARATOR.join(parts)
-
-
-def config_id(
-    amp_level: Any,
-    black_list: Iterable[Any] | None = (),
-    clip: Any = None,
-    loss_scale: Any = "none",
-    dtype: Any = DEFAULT_DTYPE,
-    loss_placement: Any = "outside",
-    device_kind: Any = "",
-) -> str:
-    """Every part spelled: the configuration's stable key, e.g. 'O2 float16 · FP32: A · clip 5.0 · loss outside · on gpu'."""
-    return config_name(
-        amp_level, black_list, clip, loss_scale, dtype, loss_placement, device_kind, spell=OPTIONAL_PARTS
-    )
-
-
-def name_of(config: Mapping[str, Any], spell: Iterable[str] = ()) -> str:
-    """:func:`config_name` of a mapping with the configuration's keys (a ranking row, a ``config`` dict)."""
-    return config_name(
-        config["amp_level"],
-        config.get("black_list"),
-        config.get("clip"),
-        config.get("loss_scale", "none"),
-        config.get("dtype", DEFAULT_DTYPE),
-        config.get("loss_placement", "outside"),
-        config.get("device_kind", ""),
-        spell=spell,
-    )
-
-
-def trial_name(config: Mapping[str, Any], seed: Any, spell: Iterable[str] = ()) -> str:
-    """One trial: its configuration's name and its seed, 'O2 · FP32: A · clip 5.0 · seed 0'."""
-    return f"{name_of(config, spell)}{NAME_SEPARATOR}seed {seed}"
+    return f"{level}{NAME_SEPARATOR}{FP32_NAME}: {', '.join(classes)}"

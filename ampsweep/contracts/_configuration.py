@@ -1,0 +1,210 @@
+"""A configuration: everything the user chooses for a trial except the seed, as one value.
+
+The driver plans trials by it, the horizon continues it, and the analysis
+groups seeds, names rows and finds a row's neighbours by it. Its identity,
+its names and the part of it that makes a compiled graph live here only, so
+"the same configuration" means one thing in ``plan.json``, ``horizon.json``,
+``ranking.csv`` and the report.
+
+The values are normalized on construction, so two configurations built from a
+Parquet row (a NumPy array black list, a NaN clip), a ranking row (a tuple, a
+None clip) or a spec (a list in the user's order) compare equal exactly when
+they are the same choice: the black list is sorted and deduplicated (the
+classes kept in FP32 are a set), a missing clip is ``None``.
+
+Plain values in, text out (no pandas), so every part can import it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar
+
+from ._loss_scale import parse_loss_scale
+from ._naming import (
+    DEFAULT_DTYPE,
+    NAME_SEPARATOR,
+    OPTIONAL_PARTS,
+    cast_name,
+    clip_name,
+    loss_placement_name,
+    loss_scale_name,
+    missing,
+)
+from ._verdict import FP32_LEVEL
+
+_DEFAULTS = {"loss_scale": "none", "dtype": DEFAULT_DTYPE, "loss_placement": "outside", "device_kind": ""}
+
+
+def black_list_of(value: Any) -> tuple[str, ...]:
+    """A black list from any form a table or a spec holds it in, sorted and deduplicated.
+
+    None, NaN and ``""`` are the empty list; a list, tuple or NumPy array holds
+    class names; a string is one class name, or a ``black_list_key`` label
+    (``"[A, B]"``, as older ranking.csv files carry).
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ()
+    if isinstance(value, str):
+        value = value[1:-1].split(",") if value.startswith("[") and value.endswith("]") else [value]
+    return tuple(sorted({str(name).strip() for name in value} - {""}))
+
+
+def _text(value: Any, default: str) -> str:
+    if isinstance(value, str):
+        return value or default
+    return default if missing(value) else str(value)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """Everything the user chooses except the seed; hashable, so the instance is its own key.
+
+    ``device_kind`` is known only once a trial ran (a configuration is ranked
+    per device kind); it is ``""`` at plan time.
+    """
+
+    amp_level: str
+    black_list: tuple[str, ...] = ()
+    clip: float | None = None
+    loss_scale: str = "none"
+    dtype: str = DEFAULT_DTYPE
+    loss_placement: str = "outside"
+    device_kind: str = ""
+
+    #: every field, in the order a user chooses them (and a table row carries them)
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "amp_level",
+        "black_list",
+        "clip",
+        "loss_scale",
+        "dtype",
+        "loss_placement",
+        "device_kind",
+    )
+    #: what makes the same compiled graph (with the workload): the clip and a static scale's value are state,
+    #: so trials that differ only there share one network and one compile; of the loss scale only its kind counts
+    GRAPH_FIELDS: ClassVar[tuple[str, ...]] = (
+        "amp_level",
+        "black_list",
+        "dtype",
+        "loss_placement",
+        "loss_scale",
+    )
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "amp_level", str(self.amp_level))
+        set_(self, "black_list", black_list_of(self.black_list))
+        set_(self, "clip", None if missing(self.clip) else float(self.clip))  # type: ignore[arg-type]
+        for name, default in _DEFAULTS.items():
+            set_(self, name, _text(getattr(self, name), default))
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Configuration:
+        """The configuration of a trials or ranking row, a ``config`` dict or a spec-like mapping.
+
+        Missing keys take their defaults; a row with only ``black_list_key`` (a
+        label) is read from it.
+        """
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        if "black_list" not in values and "black_list_key" in row:
+            values["black_list"] = row["black_list_key"]
+        return cls(**values)
+
+    def as_row(self) -> dict[str, Any]:
+        """The columns a table row carries (``black_list`` a tuple, ``clip`` None when off)."""
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The configuration as a plain, comparable, hashable tuple (:data:`FIELDS` order)."""
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    @property
+    def fp32(self) -> bool:
+        """O0: nothing is cast (the black list, dtype and loss placement change nothing)."""
+        return self.amp_level == FP32_LEVEL
+
+    @property
+    def id(self) -> str:
+        """Every part spelled: the stable key of ranking.csv and recommendation.json,
+        e.g. 'O2 float16 · FP32: A · clip 5.0 · loss outside · on gpu'."""
+        return self.name(OPTIONAL_PARTS)
+
+    def name(self, spell: Iterable[str] = ()) -> str:
+        """'O2 · FP32: CustomNorm · clip 5.0', 'FP32', 'FP32 · loss scale dynamic', 'O2 bfloat16 · no clip'.
+
+        ``spell``: which optional parts to name ("dtype", "loss_placement",
+        "device_kind"): those that differ between the rows shown. A non-float16
+        dtype is always named. **O0 is FP32**: its name has no black list,
+        dtype or loss placement, and a clip only when one was set.
+        """
+        spelled = frozenset(spell)
+        parts = [cast_name(self.amp_level, self.black_list, self.dtype, spell_dtype="dtype" in spelled)]
+        if not self.fp32 or self.clip is not None:
+            parts.append(clip_name(self.clip))
+        if self.loss_scale != "none":
+            parts.append(loss_scale_name(self.loss_scale))
+        if "loss_placement" in spelled and not self.fp32:
+            parts.append(loss_placement_name(self.loss_placement))
+        if "device_kind" in spelled:
+            parts.append(f"on {self.device_kind or 'an unknown device kind'}")
+        return NAME_SEPARATOR.join(parts)
+
+    def trial_name(self, seed: Any, spell: Iterable[str] = ()) -> str:
+        """One trial of it: 'O2 · FP32: A · clip 5.0 · seed 0'."""
+        return f"{self.name(spell)}{NAME_SEPARATOR}seed {seed}"
+
+    def with_black_list(self, classes: Iterable[str]) -> Configuration:
+        """The same configuration keeping ``classes`` in FP32 instead."""
+        return replace(self, black_list=tuple(classes))
+
+    def with_device_kind(self, device_kind: str) -> Configuration:
+        return replace(self, device_kind=device_kind)
+
+    def graph_fields(self) -> dict[str, Any]:
+        """The :data:`GRAPH_FIELDS` values that decide the compiled graph (with the workload).
+
+        O0 casts nothing: every black list, dtype and loss placement builds the
+        same FP32 graph, so they are left out and one compile serves them all.
+        The loss scale counts by its kind (none, static, dynamic): a static
+        scale's value is state, not graph.
+        """
+        graph: dict[str, Any] = {"amp_level": self.amp_level}
+        if not self.fp32:
+            graph.update(
+                black_list=list(self.black_list), dtype=self.dtype, loss_placement=self.loss_placement
+            )
+        graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind
+        return graph
+
+
+# Deprecated: what the configuration's identity was spread over before :class:`Configuration`.
+# Kept only while ``sweep/`` still imports them; use the class instead.
+#: The configuration keys a continuation shares with the trials it continues (no device kind).
+CONFIG_KEYS = Configuration.FIELDS[:-1]
+
+
+def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Deprecated: ``Configuration.from_row(row).key`` without the device kind."""
+    return Configuration.from_row({k: row[k] for k in CONFIG_KEYS}).key[:-1]
+
+
+def name_of(config: Mapping[str, Any], spell: Iterable[str] = ()) -> str:
+    """Deprecated: ``Configuration.from_row(config).name(spell)``."""
+    return Configuration.from_row(config).name(spell)
+
+
+def config_name(*values: Any, spell: Iterable[str] = ()) -> str:  # TEMPORARY, removed in this change
+    return Configuration(*values).name(spell)
+
+
+def config_id(*values: Any) -> str:  # TEMPORARY, removed in this change
+    return Configuration(*values).id
+
+
+def trial_name(config: Mapping[str, Any], seed: Any, spell: Iterable[str] = ()) -> str:  # TEMPORARY
+    return Configuration.from_row(config).trial_name(seed, spell)
