@@ -1,30 +1,35 @@
-"""The lean step writes the same numbers as the step that computed everything on every step.
+"""The lean step writes the same numbers as the full step, both computed in this run.
 
-``tests/golden/lean_step.json`` holds the tables three seeded trials produced
-*before* the lean step (see ``tests/golden/make_lean_step_golden.py``): a
-clipping trial, a dynamic-loss-scaling trial with skipped steps, and a trial
-that diverges. Step metrics must agree bit for bit on every step, and the
-per-parameter rows of the sampled steps too: which variant of the compiled step
-runs a step must never change the trajectory.
+The trainer runs the lean step: per-parameter statistics only on every
+``layer_every``-th step. The full step computes them on every step (the
+sampled variant of ``CompiledStep``, here through ``layer_every=1``). Which
+variant runs a step must never change the trajectory, so on three seeded
+trials (one that clips, one whose dynamic loss scale skips steps, one that
+diverges) the ``steps`` tables agree bit for bit, and the lean trial's
+``layers`` rows are the full trial's rows of the sampled steps, bit for bit.
+
+Both sides run now, in one process on one machine: MindSpore's float16 CPU
+kernels give other last bits on another CPU, so numbers recorded elsewhere
+cannot be compared bit for bit (see ``docs/development.md``).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from ampsweep.jobs import TrialConfig, build_workload
 from ampsweep.jobs.training._batches import to_tensors
-from ampsweep.jobs.training._capture import sampled_steps
-from ampsweep.jobs.training._step import SAMPLED_STATS
+from ampsweep.jobs.training._step import LEAN, SAMPLED, SAMPLED_STATS
 from ampsweep.jobs.training._trainer import CompiledStep, GraphCache, run_trial, seed_everything
 from tests._trial import trial_config
 
-GOLDEN = Path(__file__).parent / "golden" / "lean_step.json"
 _SEED_REPRO = "ampsweep.jobs.workloads.seed_repro:make"
 
 
@@ -36,15 +41,14 @@ def _trial(**overrides: Any) -> TrialConfig:
         black_list=("CustomNorm",),
         clip=1.0,
         layer_every=10,
-        # the golden tables were made when the loss was always cast with the network
+        # the loss in float16 with the network: with the default black list it diverges
         loss_placement="inside",
     )
     return trial_config(**{**values, **overrides})
 
 
-#: The trials of the golden file. Changing one means regenerating it from pre-lean code.
 TRIALS: dict[str, TrialConfig] = {
-    # clip 1.0 fires on nearly every step: before the lean step each clipped step had layer rows
+    # clip 1.0 fires on nearly every step
     "o2_customnorm_clip1": _trial(),
     # an initial scale of 65536 overflows: skipped steps, a falling and recovering scale
     "o2_customnorm_dynamic": _trial(clip=5.0, loss_scale="dynamic", steps=150),
@@ -52,63 +56,61 @@ TRIALS: dict[str, TrialConfig] = {
     "o2_default_diverges": _trial(black_list=(), clip=None, steps=200),
 }
 
-_STEP_COLUMNS = ("step", "loss", "grad_norm", "clipped", "nonfinite", "skipped", "loss_scale")
-_LAYER_COLUMNS = ("step", "layer", "grad_norm", "grad_absmax", "nonfinite")
+
+@functools.cache
+def _lean_and_full(name: str) -> tuple[Any, Any]:
+    """The trial as the trainer runs it, and the same trial with the full step on every step."""
+    config = TRIALS[name]
+    lean = run_trial(config, config.workload)
+    full = run_trial(dataclasses.replace(config, layer_every=1), config.workload)
+    return lean, full
 
 
-def table_values(result: Any, layer_every: int) -> dict[str, dict[str, list]]:
-    """The compared content of a result: its steps table and its sampled layers rows."""
-    steps = {name: result.steps.column(name).to_pylist() for name in _STEP_COLUMNS}
-    layers = result.layers.to_pydict()
-    keep = [i for i, step in enumerate(layers["step"]) if step % layer_every == 0]
-    return {
-        "steps": steps,
-        "layers": {name: [layers[name][i] for i in keep] for name in _LAYER_COLUMNS},
-    }
-
-
-def _golden() -> dict[str, Any]:
-    return json.loads(GOLDEN.read_text())
-
-
-def _assert_same(got: dict[str, list], want: dict[str, list], what: str) -> None:
-    assert got.keys() == want.keys()
-    for name in want:
-        a, b = got[name], want[name]
-        assert len(a) == len(b), f"{what}.{name}: {len(a)} rows, golden has {len(b)}"
-        if a and isinstance(b[0], float):
-            # bit for bit, NaN where the golden has NaN
-            np.testing.assert_array_equal(
-                np.asarray(a, np.float64), np.asarray(b, np.float64), err_msg=f"{what}.{name}"
-            )
-        else:
-            assert a == b, f"{what}.{name}"
+def _assert_same_columns(got: pa.Table, want: pa.Table, what: str) -> None:
+    """Bit for bit, column by column: NaN where the other has NaN (``Table.equals`` calls NaN unequal)."""
+    assert got.column_names == want.column_names and got.num_rows == want.num_rows, what
+    for name in want.column_names:
+        a, b = (
+            got.column(name).to_numpy(zero_copy_only=False),
+            want.column(name).to_numpy(zero_copy_only=False),
+        )
+        np.testing.assert_array_equal(a, b, err_msg=f"{what}.{name}")
 
 
 @pytest.mark.parametrize("name", list(TRIALS))
-def test_tables_match_the_pre_lean_trainer(name: str) -> None:
+def test_the_lean_step_writes_what_the_full_step_writes(name: str) -> None:
     config = TRIALS[name]
-    want = _golden()[name]
-    result = run_trial(config, config.workload)
-    assert str(result.outcome.value) == want["outcome"]
-    got = table_values(result, config.layer_every)
-    _assert_same(got["steps"], want["steps"], f"{name} steps")
-    _assert_same(got["layers"], want["layers"], f"{name} layers")
-    # and the layers table now holds exactly the sampled steps, nothing else
-    layer_steps = sorted(set(result.layers.column("step").to_pylist()))
-    assert layer_steps == sampled_steps(config, result.steps_run).tolist()
-    assert result.layers.num_rows == len(layer_steps) * len(set(result.layers.column("layer").to_pylist()))
+    lean, full = _lean_and_full(name)
+    assert lean.error is None and full.error is None, (lean.error, full.error)
+    assert (lean.outcome, lean.steps_run, lean.first_nonfinite_step) == (
+        full.outcome,
+        full.steps_run,
+        full.first_nonfinite_step,
+    )
+    # step_ms is a timing, the one column that may differ
+    _assert_same_columns(lean.steps.drop_columns(["step_ms"]), full.steps.drop_columns(["step_ms"]), "steps")
+    # the full step wrote a row per parameter on every step; the lean step only on the sampled ones
+    sampled = list(range(0, full.steps_run, config.layer_every))
+    layer_names = set(full.layers.column("layer").to_pylist())
+    assert sorted(set(full.layers.column("step").to_pylist())) == list(range(full.steps_run))
+    assert sorted(set(lean.layers.column("step").to_pylist())) == sampled
+    assert lean.layers.num_rows == len(sampled) * len(layer_names)
+    keep = pc.is_in(full.layers.column("step"), value_set=pa.array(sampled, pa.int64()))
+    _assert_same_columns(lean.layers, full.layers.filter(keep), "layers")
 
 
-def test_the_golden_trials_cover_clipping_skipping_and_divergence() -> None:
-    golden = _golden()
-    clip = golden["o2_customnorm_clip1"]["steps"]
-    dynamic = golden["o2_customnorm_dynamic"]["steps"]
-    diverged = golden["o2_default_diverges"]
-    assert sum(clip["clipped"]) > len(clip["step"]) // 2
-    assert any(dynamic["skipped"]) and len(set(dynamic["loss_scale"])) >= 2, "skips change the scale"
-    assert diverged["outcome"] == "diverged"
-    assert any(n > 0 for n in diverged["layers"]["nonfinite"]), "a sampled step with non-finite gradients"
+def test_the_trials_cover_clipping_skipping_and_divergence() -> None:
+    """What makes the comparison worth having, on whatever CPU ran it."""
+    clip = _lean_and_full("o2_customnorm_clip1")[0].steps
+    dynamic = _lean_and_full("o2_customnorm_dynamic")[0].steps
+    diverged = _lean_and_full("o2_default_diverges")[0]
+    assert sum(clip.column("clipped").to_pylist()) > clip.num_rows // 2
+    assert any(dynamic.column("skipped").to_pylist()), "an initial scale of 65536 overflows"
+    assert len(set(dynamic.column("loss_scale").to_pylist())) >= 2, "skips change the scale"
+    assert diverged.outcome.value == "diverged"
+    assert any(n > 0 for n in diverged.layers.column("nonfinite").to_pylist()), (
+        "a sampled step with non-finite gradients"
+    )
 
 
 def test_each_variant_compiles_once_per_graph() -> None:
@@ -116,9 +118,10 @@ def test_each_variant_compiles_once_per_graph() -> None:
     cache = GraphCache()
     config = _trial(steps=30, clip=None)
     first = run_trial(config, config.workload, cache=cache)
-    step, reused = cache.step_for(config, config.workload, build_workload(config.workload, 0, {}))
-    assert reused and step.compiled == {"lean", "sampled"}
+    step = cache.compiled_for(config, config.workload)
+    assert step is not None and step.compiled == {LEAN, SAMPLED}
     second = run_trial(_trial(steps=30, clip=1.0, seed=1), config.workload, cache=cache)
+    assert cache.compiled_for(config, config.workload) is step, "the second trial ran on the same graph"
     assert first.compile_s > 0 and second.compile_s == 0.0
     # neither variant's first call left a step time out, and ordinary steps are cheap again
     ms = second.steps.column("step_ms").to_numpy()

@@ -56,26 +56,14 @@ def steps_table(config: TrialConfig, metrics: Any) -> pa.Table:
     )
 
 
-def sampled_steps(config: TrialConfig, steps_run: int) -> np.ndarray:
-    """Steps that reach the ``layers`` table: every ``layer_every``-th (0, k, 2k, ...).
-
-    Only these. Until the lean step, every clipped, skipped or non-finite step
-    had rows too, which meant computing per-parameter statistics on every step
-    (+120-190 % of a bare step on seed_repro). An anomalous step is now
-    explained by localization (a deterministic replay of the trial, in the
-    ``anomalies`` table), and ``steps`` still flags every clipped, skipped and
-    non-finite step.
-    """
-    return np.arange(0, steps_run, max(1, config.layer_every), dtype=np.int64)
-
-
 def layers_table(config: TrialConfig, metrics: Any) -> pa.Table:
     """Per-parameter gradient statistics of the sampled steps the trainer measured.
 
     ``metrics.layer_steps`` names the steps (counted from the trial's start; the
     table holds global steps, ``config.start_step`` added) the rows of ``layer_norm``,
-    ``layer_absmax`` and ``layer_nonfinite`` belong to; the trainer runs its
-    sampled step exactly on ``sampled_steps``.
+    ``layer_absmax`` and ``layer_nonfinite`` belong to: every ``layer_every``-th step,
+    and only these. A clipped, skipped or non-finite step is flagged in ``steps`` and
+    explained by localization; statistics on every step cost +120-190 % of a bare step.
     """
     steps = np.asarray(metrics.layer_steps, dtype=np.int64)
     params = len(metrics.layer_names)

@@ -361,19 +361,6 @@ class GraphCache:
         #: PyNative replays of a few graphs, kept for the next diagnosis (``jobs.localization._replay``)
         self.replays: dict[tuple[str, str], Any] = {}
 
-    def step_for(
-        self, config: TrialConfig, workload_ref: str, workload: Workload
-    ) -> tuple[CompiledStep, bool]:
-        """The compiled step for this trial, and whether it was reused."""
-        key = (workload_ref, config.graph_id)
-        step = self._steps.get(key)
-        if step is not None:
-            step.reset(config, workload)
-            return step, True
-        step = CompiledStep(config, workload)
-        self._steps[key] = step
-        return step, False
-
     def held(self, config: TrialConfig, workload_ref: str) -> CompiledStep | None:
         """This trial's graph if this process has built it (compiled or not), else None."""
         return self._steps.get((workload_ref, config.graph_id))
