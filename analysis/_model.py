@@ -3,7 +3,7 @@
 The model sits at the start of the one-way chain
 ``compute -> model -> wording -> render -> writer``: it imports no other module
 of the package, so a renderer can never be imported back by the data it shows.
-The ranking table's column groups (:data:`CONFIG_KEYS`, :data:`CONVERGENCE_COLUMNS`)
+The ranking table's column groups (``Configuration.FIELDS``, :data:`CONVERGENCE_COLUMNS`)
 are defined here, so a renderer can lay out the table without importing the
 code that computed it.
 ``recommendation.json`` is derived from :class:`Recommendation` (see
@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import Configuration
+
 STATUS_RECOMMENDED = "recommended"
 STATUS_NO_STABLE = "no_stable_config"
 STATUS_NO_TRIALS = "no_trials"
@@ -28,16 +30,6 @@ STATUS_NO_TRIALS = "no_trials"
 #: The file the report writer puts the next sweep's spec in, beside report.md.
 NEXT_SPEC_FILE = "next-spec.yaml"
 
-#: What a configuration is: everything the user can choose except the seed (one ranking row each).
-CONFIG_KEYS = (
-    "amp_level",
-    "black_list_key",
-    "clip",
-    "loss_scale",
-    "dtype",
-    "device_kind",
-    "loss_placement",
-)
 #: Ranking columns that describe convergence; a broken configuration gets none of them.
 CONVERGENCE_COLUMNS = (
     "steps_to_target_median",
@@ -53,7 +45,7 @@ PER_SEED_CONVERGENCE = ("steps_to_target", "final")
 TOP_COLUMNS = (
     "rank",
     "stability",
-    *CONFIG_KEYS,
+    *Configuration.FIELDS,
     "n_seeds",
     "n_trials",
     "divergence_rate",
@@ -364,7 +356,6 @@ class LayerFigureData:
 
     trial_id: str
     amp_level: str
-    black_list_key: str
     clip: float | None
     seed: int | None
     dtype: str

@@ -704,7 +704,7 @@ def test_seed_disagreement_is_reported(tmp_path: Path) -> None:
     assert any("1 of 3 seeds rank another stable configuration first" in u for u in rec.undecided)
     # the seeds disagree in sign on final loss: a tie, so only the name orders A before B
     assert any("are tied within seed noise on final loss" in u for u in rec.undecided)
-    second = a.ranking[a.ranking["black_list_key"] == "[B]"].iloc[0]
+    second = a.ranking[a.ranking["black_list"].map(("B",).__eq__)].iloc[0]
     assert second["tied_with_above"] and second["decided_by"] == "config_id"
     assert "tied with #1 on final loss" in second["phrase"]
 

@@ -47,6 +47,7 @@ from ._horizon import (
     HorizonLog,
     decode_horizon,
     encode_horizon,
+    held_to,
 )
 from ._layout import (
     CHECKPOINT_SNAPSHOT,
@@ -167,6 +168,7 @@ __all__ = [
     "TRIAL_SNAPSHOT",
     "decode_horizon",
     "encode_horizon",
+    "held_to",
     "trial_snapshot",
     "PREFIX_SNAPSHOT",
     "SNAPSHOT_FOLDER",

@@ -24,6 +24,19 @@ HORIZON_FILE = "horizon.json"
 HORIZON_FOLDER = "horizon"
 
 
+def held_to(start_step: float, steps_run: float, first_nonfinite: float | None) -> int:
+    """How far a trial held, the one meaning of ``held_to`` in ``horizon.json`` and the analysis.
+
+    The global step it held to: every step before it was finite. That is its
+    end (``start_step + steps_run``: the horizon, for a continuation that
+    held) or, where it broke, its first non-finite step. A trial that held to
+    step N ran N steps from the start of training without a NaN.
+    """
+    if first_nonfinite is not None and first_nonfinite == first_nonfinite:  # NaN != NaN
+        return int(first_nonfinite)
+    return int(start_step + steps_run)
+
+
 @dataclass
 class Continued:
     """One configuration continued from its trials' end to the horizon, on every seed."""
@@ -32,7 +45,7 @@ class Continued:
     config: dict[str, Any]  # ``Configuration.as_row()`` without the device kind
     round: int
     why: str  # why it was continued: recommended, a runner-up, the profile's forecast, FP32 baseline
-    #: seed -> the last global step it was finite to (the horizon when it held)
+    #: seed -> the step it held to (:func:`held_to`: the horizon when it held, else where it broke)
     held_to: dict[str, int] = field(default_factory=dict)
     #: seed -> the global step it went non-finite at (only seeds that broke)
     broke_at: dict[str, int] = field(default_factory=dict)

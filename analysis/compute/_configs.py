@@ -1,7 +1,7 @@
 """Fold per-trial scores into one row per configuration (over seeds).
 
-A configuration is everything the user can choose except the seed:
-``CONFIG_KEYS``. Seeds exist to expose luck, so every figure is reported as a
+A configuration is everything the user can choose except the seed: one
+:class:`~ampsweep.contracts.Configuration`. Seeds exist to expose luck, so every figure is reported as a
 median with its min/max spread, and a single bad seed makes a configuration
 unstable.
 
@@ -9,7 +9,7 @@ Every per-seed score is also kept per seed (``per_seed``), because the
 ranking's tie rule compares configurations seed by seed. Anomaly rows
 (``anomalies`` table) become the configuration's localized Cells.
 
-Each row is named twice, in the one style of :mod:`ampsweep.contracts._naming`:
+Each row is named twice, by its ``configuration``:
 ``config_id`` spells every choice (the configuration's stable key, in
 ranking.csv and recommendation.json) and ``label`` only those that differ
 between the rows (what every output shows).
@@ -22,8 +22,6 @@ has no median (NaN) rather than the flattering median of its lucky seeds.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,20 +29,19 @@ import pandas as pd
 from ampsweep.contracts import (
     FP32_LEVEL,
     NAME_SEPARATOR,
+    Configuration,
     Outcome,
     Verdict,
     black_list_value,
-    config_id,
     configuration_verdict,
     loss_placement_name,
-    name_of,
     parse_loss_scale,
 )
 
-from .._model import CONFIG_KEYS
 from ._anomalies import localizations
+from ._load import configurations
 
-__all__ = ["CONFIG_KEYS", "config_scores", "first_line", "not_applicable", "varying"]
+__all__ = ["config_scores", "first_line", "not_applicable", "varying"]
 
 #: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
 LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
@@ -62,28 +59,15 @@ SPREAD_FIGURES = {
 _MAY_VARY = ("dtype", "loss_placement", "device_kind")
 
 
-def _config_id(config: Mapping[str, Any]) -> str:
-    """The configuration's stable key: its name with every part spelled (``ampsweep.contracts.config_id``)."""
-    return config_id(
-        config["amp_level"],
-        config["black_list"],
-        config["clip"],
-        config["loss_scale"],
-        config["dtype"],
-        config["loss_placement"],
-        config["device_kind"],
-    )
-
-
-def _unique_ids(configs: list[dict[str, Any]]) -> list[str]:
+def _unique_ids(configs: list[Configuration]) -> list[str]:
     """Each configuration's id. O0 rows that differ only in what O0 ignores (black list, dtype, loss
     placement) share a name; where the planner found no equivalent to fold such a row into, its id also
     says what it ran with."""
-    ids = [_config_id(c) for c in configs]
+    ids = [c.id for c in configs]
     shared = {i for i, n in Counter(ids).items() if n > 1}
     return [
-        f"{i}{NAME_SEPARATOR}as run: {c['dtype']}, black list {black_list_value(c['black_list'])}, "
-        f"{loss_placement_name(c['loss_placement'])}"
+        f"{i}{NAME_SEPARATOR}as run: {c.dtype}, black list {black_list_value(c.black_list)}, "
+        f"{loss_placement_name(c.loss_placement)}"
         if i in shared
         else i
         for i, c in zip(ids, configs)
@@ -182,8 +166,7 @@ def _not_applicable_configs(scores: pd.DataFrame) -> pd.Series:
     bad = scores["outcome"] == Outcome.NOT_APPLICABLE.value
     if not bad.any():
         return pd.Series(False, index=scores.index)
-    keys = [scores[k] for k in CONFIG_KEYS]
-    return bad.groupby(keys, dropna=False).transform("any").astype(bool)
+    return bad.groupby(configurations(scores), sort=False).transform("any").astype(bool)
 
 
 def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
@@ -198,11 +181,11 @@ def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     bad = scores[(scores["outcome"] == Outcome.NOT_APPLICABLE.value) & scores["ranked"]]
     rows = []
-    for _, group in bad.groupby(list(CONFIG_KEYS), dropna=False, sort=True):
-        first = group.iloc[0].to_dict()
+    groups = bad.groupby(configurations(bad), sort=False)
+    for config, group in sorted(groups, key=lambda kv: kv[0].id):
         rows.append(
             {
-                "name": name_of(first),
+                "name": config.name(),
                 "reason": _first_error(group["error"]) or "its black list could not be applied",
                 "trial_ids": " ".join(group["trial_id"]),
             }
@@ -246,14 +229,15 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
     errors = ranked["error"]
     verdicts = ranked["verdict"].to_numpy(dtype=object)
     reasons = ranked["verdict_reason"].to_numpy(dtype=object)
-    black_lists = ranked["black_list"].to_numpy(dtype=object)
     rows = []
-    groups = sorted(
-        ranked.groupby(list(CONFIG_KEYS), dropna=False, sort=True).indices.items(), key=lambda kv: str(kv[0])
-    )
-    configs = [{**dict(zip(CONFIG_KEYS, key)), "black_list": black_lists[idx[0]]} for key, idx in groups]
-    for (_, idx), config, identity in zip(groups, configs, _unique_ids(configs)):
-        row = dict(config)
+    by_config: dict[Configuration, list[int]] = {}
+    for i, config in enumerate(configurations(ranked)):
+        by_config.setdefault(config, []).append(i)
+    configs = sorted(by_config, key=lambda c: c.id)
+    for config, identity in zip(configs, _unique_ids(configs)):
+        idx = np.asarray(by_config[config])
+        row = config.as_row()
+        row["configuration"] = config
         row["config_id"] = identity
         row["baseline"] = row["amp_level"] == FP32_LEVEL
         row["n_trials"] = len(idx)
@@ -297,7 +281,8 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)
     frame = pd.DataFrame(rows)
+    frame["clip"] = frame["clip"].astype("float64")  # no clip: NaN, as pandas reads it from a table
     varies = varying(frame)
     # the name a person reads: the optional parts only where they differ between the rows
-    frame["label"] = [name_of(r, varies) for r in frame.to_dict("records")]
+    frame["label"] = [c.name(varies) for c in frame["configuration"]]
     return frame

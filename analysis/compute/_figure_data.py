@@ -18,13 +18,14 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import clip_name, trial_name
+from ampsweep.contracts import Configuration, clip_name
 
 from .._model import (
     ClipLine,
@@ -149,10 +150,8 @@ def loss_data(sweep_dir: str | Path, ranking: pd.DataFrame) -> LossFigureData | 
 
 def _family(ranking: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
     """Rows that differ from ``row`` only in the clip threshold."""
-    mask = np.ones(len(ranking), bool)
-    for k in ("amp_level", "black_list_key", "loss_scale", "dtype", "device_kind"):
-        mask &= (ranking[k] == row[k]).to_numpy()
-    return ranking[mask]
+    unclipped = replace(row["configuration"], clip=None)
+    return ranking[[replace(c, clip=None) == unclipped for c in ranking["configuration"]]]
 
 
 def grad_norm_data(sweep_dir: str | Path, ranking: pd.DataFrame) -> GradNormFigureData | None:
@@ -237,7 +236,6 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
     return LayerFigureData(
         trial_id=tid,
         amp_level=str(trial["amp_level"]),
-        black_list_key=str(trial["black_list_key"]),
         clip=_optional(trial["clip"]),
         seed=None if pd.isna(seed) else int(seed),
         dtype=str(trial["dtype"]),
@@ -246,7 +244,7 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
         n_layers=len(peak),
         peak=float(values.max()) if len(values) else 1.0,
         positive_range=(float(positive.min()), float(positive.max())) if positive.size else None,
-        label=trial_name(trial, "unknown" if pd.isna(seed) else int(seed)),
+        label=Configuration.from_row(trial).trial_name("unknown" if pd.isna(seed) else int(seed)),
     )
 
 

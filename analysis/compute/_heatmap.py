@@ -36,7 +36,7 @@ def divergence_grids(ranking: pd.DataFrame) -> list[DivergenceGrid]:
     # a row per name: the O0 rows are one "FP32" row, whatever black list they carried
     names = [cast_name(a, b) for a, b in zip(ranking["amp_level"], ranking["black_list"])]
     order: dict[str, tuple] = {}
-    for name, a, b in zip(names, ranking["amp_level"], ranking["black_list_key"]):
+    for name, a, b in zip(names, ranking["amp_level"], ranking["black_list"]):
         order[name] = min(order.get(name, (9,)), (_LEVEL_ORDER.get(a, 9), a, len(b), b))
     row_keys = sorted(order, key=order.__getitem__)
     row_of = dict(zip(ranking.index, names))

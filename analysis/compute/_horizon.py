@@ -7,9 +7,10 @@ not configurations of their own: each extends one trial of the sweep. Read
 here, once, so the scores, the ranking, the search and the report all judge a
 trial by how far it really held:
 
-- ``held_to``: the global step the trial's configuration was finite to on
-  that seed (its end, or its continuation's end; where it broke, the step it
-  broke at);
+- ``held_to``: the global step the trial's configuration held to on that
+  seed (:func:`ampsweep.contracts.held_to`, the meaning ``horizon.json`` has:
+  every step before it was finite; its end or its continuation's end, or
+  where it broke, its first non-finite step);
 - a trial whose continuation broke is ``diverged`` (or ``failed``) at the
   continuation's first non-finite step: a configuration that breaks before the
   user's training ends is no answer, however well its first steps went;
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import Continued, HorizonLog, config_key
+from ampsweep.contracts import Configuration, Continued, HorizonLog, held_to
 
 from .._model import STATUS_RECOMMENDED, HeldTo, Recommendation
 
@@ -31,16 +32,20 @@ _BROKEN = ("diverged", "failed")
 
 
 def _key(row: Any) -> tuple[Any, ...]:
-    return (*config_key(row), int(row["seed"]))
+    """A trial's configuration and seed (a continuation may have run on another device kind)."""
+    return (Configuration.from_row(row).with_device_kind(""), int(row["seed"]))
 
 
 def own_end(frame: pd.DataFrame) -> pd.Series:
-    """The step each trial was finite to on its own: its end, or the step it broke at."""
+    """The step each trial held to on its own (:func:`ampsweep.contracts.held_to`)."""
     start = frame["start_step"].fillna(0).astype(float)
     run = frame["steps_run"].astype(float).fillna(frame["steps"].astype(float))
-    end = start + run
     broke = frame["first_nonfinite_step"].astype(float)
-    return broke.where(broke.notna(), end)
+    values = [
+        float(held_to(s, r, b)) if np.isfinite(s + r) or pd.notna(b) else np.nan
+        for s, r, b in zip(start, run, broke)
+    ]
+    return pd.Series(values, index=frame.index, dtype="float64")
 
 
 def merge_continuations(frame: pd.DataFrame, continuations: pd.DataFrame) -> pd.DataFrame:

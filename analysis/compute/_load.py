@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -27,6 +26,8 @@ from ampsweep.contracts import (
     PLAN_FILE,
     TRIAL_PARTITION_KEY,
     TRIALS_SCHEMA,
+    Configuration,
+    black_list_of,
     decode_plan,
     is_data_file,
     partition_value,
@@ -138,18 +139,12 @@ def files_by_trial(loc: SweepLocation, sub: str, wanted: set[str] | None = None)
     return dict(grouped)
 
 
-def _normalise_black_list(value: object) -> tuple[str, ...]:
-    """Order-insensitive, so [A, B] and [B, A] are the same configuration."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return ()
-    if isinstance(value, str):
-        return (value,) if value else ()
-    return tuple(sorted(str(v) for v in value))  # type: ignore[attr-defined]  # a list or an array
-
-
-def black_list_label(black_list: Iterable[str]) -> str:
-    """A stable, readable key for a black list (also used as a CSV column)."""
-    return "[" + ", ".join(black_list) + "]"
+def configurations(frame: pd.DataFrame) -> list[Configuration]:
+    """Each row's configuration (its ``Configuration.FIELDS`` columns; missing ones take the defaults)."""
+    columns = [c for c in Configuration.FIELDS if c in frame.columns]
+    return [
+        Configuration.from_row(dict(zip(columns, values))) for values in zip(*(frame[c] for c in columns))
+    ]
 
 
 def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
@@ -160,8 +155,8 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     than assuming the first one is representative: an all-null column (e.g.
     ``error`` on a run with no failures) may have been written as ``null``,
     and a column an older writer did not have is filled with nulls.
-    ``black_list`` becomes a sorted tuple and ``black_list_key`` a readable
-    string so configurations group and compare by value.
+    ``black_list`` becomes a sorted tuple (``black_list_of``), so
+    configurations group and compare by value (:func:`configurations`).
     """
     loc = resolve(sweep_dir)
     files = list_parquet(loc, "trials", recursive=False)
@@ -187,8 +182,7 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
         frame[name] = frame[name].fillna("")
     frame["loss_placement_recorded"] = frame["loss_placement"].notna()
     frame["loss_placement"] = frame["loss_placement"].fillna(DEFAULT_LOSS_PLACEMENT)
-    frame["black_list"] = [_normalise_black_list(v) for v in frame["black_list"]]
-    frame["black_list_key"] = [black_list_label(v) for v in frame["black_list"]]
+    frame["black_list"] = [black_list_of(v) for v in frame["black_list"]]
     frame = frame.drop_duplicates("trial_id", keep="last")
     frame = frame.sort_values("trial_id", kind="stable").reset_index(drop=True)
     # how far each trial held: its continuation to the horizon, where one ran, decides

@@ -10,23 +10,20 @@ sees that failure, and black-listing the loss class changes nothing for them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, config_name
+from ampsweep.contracts import FP32_LEVEL, Configuration
 
 from ._classes import TIER_UNSTABLE
 
-_SAME = ["amp_level", "black_list_key", "clip", "loss_scale", "dtype", "device_kind"]
 _OUTSIDE_WORDS = "the loss runs in float32 on the network's output, as with `Model(net, loss_fn, opt)`"
-
-
-def _key(row: pd.Series) -> tuple:
-    return tuple("nan" if pd.isna(row[k]) else row[k] for k in _SAME)
 
 
 def _what(row: pd.Series) -> str:
     """The configuration's name without where the loss runs (what the note compares)."""
-    return config_name(row["amp_level"], row["black_list"], row["clip"], row["loss_scale"], row["dtype"])
+    return row["configuration"].name()
 
 
 def loss_class_notes(scores: pd.DataFrame) -> list[str]:
@@ -58,9 +55,11 @@ def loss_placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = No
     if "loss_placement" not in ranking or ranking["loss_placement"].nunique() < 2:
         return extra
     rows = ranking[ranking["amp_level"] != FP32_LEVEL]
-    by_key: dict[tuple, dict[str, pd.Series]] = {}
-    for _, row in rows.iterrows():
-        by_key.setdefault(_key(row), {})[str(row["loss_placement"])] = row
+    by_key: dict[Configuration, dict[str, pd.Series]] = {}
+    for _, row in rows.iterrows():  # paired by everything but where the loss runs
+        by_key.setdefault(replace(row["configuration"], loss_placement="outside"), {})[
+            str(row["loss_placement"])
+        ] = row
     notes = []
     for pair in by_key.values():
         outside, inside = pair.get("outside"), pair.get("inside")

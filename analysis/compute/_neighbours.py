@@ -12,17 +12,18 @@ differ in class, the sweep could not decide where the boundary lies.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import clip_name, clip_value, name_of
+from ampsweep.contracts import clip_name, clip_value
 
 from . import _classes as cls
 from ._classes import num, pct
 from ._criteria import CRITERIA
-from ._rank import config_key, runs, unstable_phrase
+from ._rank import runs, unstable_phrase
 
 #: the number the report's rules give the clip-rate criterion (they are numbered in CRITERIA order)
 _CLIP_RULE = next(i for i, c in enumerate(CRITERIA, start=1) if c.name == "clip_class")
@@ -33,15 +34,7 @@ _BROKEN = (cls.TIER_UNSTABLE, cls.TIER_SILENT)
 
 def config_dict(row: pd.Series) -> dict[str, Any]:
     """The user-facing choice (``recommendation.json``'s ``config``)."""
-    return {
-        "amp_level": str(row["amp_level"]),
-        "black_list": [str(x) for x in row["black_list"]],
-        "clip": None if pd.isna(row["clip"]) else float(row["clip"]),
-        "loss_scale": str(row["loss_scale"]),
-        "dtype": str(row["dtype"]),
-        "device_kind": str(row["device_kind"]),
-        "loss_placement": str(row["loss_placement"]),
-    }
+    return {**row["configuration"].as_row(), "black_list": list(row["configuration"].black_list)}
 
 
 def state(row: pd.Series) -> str:
@@ -92,10 +85,9 @@ def row_facts(row: pd.Series) -> dict[str, Any]:
 
 def match(ranking: pd.DataFrame, base: pd.Series, **changes: Any) -> pd.Series | None:
     """The ranking row equal to ``base`` except for ``changes`` (``clip`` NaN = off, ``black_list``)."""
-    black_list = changes.pop("black_list", None)
-    want = config_key({**base, **changes}, black_list)
+    want = replace(base["configuration"], **changes)  # normalized again: NaN is no clip
     for _, row in ranking.iterrows():
-        if config_key(row) == want:
+        if row["configuration"] == want:
             return row
     return None
 
@@ -111,11 +103,10 @@ def _clip_name(value: float) -> str:
 
 def _clip_ladder(ranking: pd.DataFrame, best: pd.Series) -> list[float]:
     """Clip values tried with everything else equal, ascending; off is +inf."""
-    want = config_key(best)
+    want = replace(best["configuration"], clip=None)
     values = set()
     for _, row in ranking.iterrows():
-        key = config_key({**row, "clip": best["clip"]})
-        if key == want:
+        if replace(row["configuration"], clip=None) == want:
             values.add(_clip_value(row["clip"]))
     return sorted(values)
 
@@ -212,7 +203,8 @@ def _black_list_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list
         other = match(ranking, best, black_list=rest)
         label = f"without {name} in float32"
         if other is None:
-            config = config_dict(best) | {"black_list": list(rest)}
+            smaller = best["configuration"].with_black_list(rest)
+            config = {**config_dict(best), "black_list": list(smaller.black_list)}
             out.append(
                 {
                     "relation": "black_list_without",
@@ -225,7 +217,7 @@ def _black_list_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list
                 }
             )
             undecided.append(
-                f"whether {name} needs float32 is undecided: {name_of(config)} (the same configuration "
+                f"whether {name} needs float32 is undecided: {smaller.name()} (the same configuration "
                 f"without {name} in FP32) was not tried"
             )
             continue

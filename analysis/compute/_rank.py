@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import clip_name, clip_value
+from ampsweep.contracts import clip_name
 
-from .._model import CONFIG_KEYS, CONVERGENCE_COLUMNS, PER_SEED_CONVERGENCE, Fp32Reference
+from .._model import CONVERGENCE_COLUMNS, PER_SEED_CONVERGENCE, Fp32Reference
 from . import _classes as cls
 from ._anomalies import localizations_phrase
 from ._classes import pct
@@ -64,7 +64,6 @@ from ._criteria import (
     rank_reason,
     ties_above_minimal,
 )
-from ._load import black_list_label
 
 #: Columns ``rank_configs`` adds (besides the classification ones): why each row's rank is what it is.
 #: ``fp32_contains``: the rank of a stable configuration above whose FP32 part this row's contains (0: none).
@@ -175,22 +174,9 @@ def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
     return head
 
 
-def config_key(row: Mapping[str, Any], black_list: tuple[str, ...] | None = None) -> tuple[Any, ...]:
-    """Identity of a configuration, optionally with another black list (clip NaN compares equal)."""
-    out = []
-    for key in CONFIG_KEYS:
-        if key == "black_list_key":
-            out.append(row[key] if black_list is None else black_list_label(black_list))
-        elif key == "clip":
-            out.append(clip_value(row[key]))
-        else:
-            out.append(row[key])
-    return tuple(out)
-
-
 def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankContext) -> list[tuple]:
     """Let a stable configuration with one FP32 class less take the lead when it ties (module docstring)."""
-    index = {config_key(r): i for i, r in enumerate(records)}
+    index = {r["configuration"]: i for i, r in enumerate(records)}
     while True:
         order = sorted(range(len(records)), key=lambda i: paths[i])
         best = next((i for i in order if records[i]["tier"] == cls.TIER_STABLE), None)
@@ -198,7 +184,7 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
             return paths
         for name in records[best]["black_list"]:
             rest = tuple(c for c in records[best]["black_list"] if c != name)
-            smaller = index.get(config_key(records[best], rest))
+            smaller = index.get(records[best]["configuration"].with_black_list(rest))
             if (
                 smaller is not None
                 and records[smaller]["tier"] == cls.TIER_STABLE
@@ -229,14 +215,6 @@ def _inside(path: str, outer: str) -> bool:
     return outer == "" or path == outer or path.startswith(f"{outer}.")
 
 
-def _same_settings(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    return all(
-        (clip_value(a[k]) == clip_value(b[k])) if k == "clip" else a[k] == b[k]
-        for k in CONFIG_KEYS
-        if k != "black_list_key" and k in a
-    )
-
-
 def contains(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Whether stable ``a``'s FP32 part strictly contains stable ``b``'s, the rest of the two alike.
 
@@ -244,8 +222,10 @@ def contains(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     the two differ. Unknown paths (a sweep written before the column) contain
     nothing.
     """
-    if a.get("tier") != cls.TIER_STABLE or b.get("tier") != cls.TIER_STABLE or not _same_settings(a, b):
+    if a.get("tier") != cls.TIER_STABLE or b.get("tier") != cls.TIER_STABLE:
         return False
+    if a["configuration"].with_black_list(()) != b["configuration"].with_black_list(()):
+        return False  # they differ in more than the black list
     mine, theirs = _paths(a), _paths(b)
     if mine is None or theirs is None or set(mine) == set(theirs):
         return False

@@ -7,14 +7,17 @@ A configuration with a diverged or failed seed has empty convergence columns
 Formatting only: every column is the ranking's own (its words were added by
 :mod:`analysis.wording._labels`); the configuration is named by ``label`` (what
 every output shows) and keyed by ``config_id`` (every choice spelled out), both
-in the one style of :mod:`ampsweep.contracts._naming`.
+by its :class:`~ampsweep.contracts.Configuration`; ``black_list`` is written
+``A, B`` (``none`` when empty).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from .._model import CONFIG_KEYS, CONVERGENCE_COLUMNS
+from ampsweep.contracts import Configuration, black_list_value
+
+from .._model import CONVERGENCE_COLUMNS
 
 #: Columns of ``ranking.csv``, in order: identity, verdict, evidence, rank, rule.
 RANKING_COLUMNS = (
@@ -23,7 +26,7 @@ RANKING_COLUMNS = (
     "baseline",
     "stability",
     "label",
-    *CONFIG_KEYS,
+    *Configuration.FIELDS,
     "n_seeds",
     "n_trials",
     "n_completed",
@@ -60,4 +63,6 @@ RANKING_COLUMNS = (
 
 def ranking_csv(ranking: pd.DataFrame) -> str:
     """The ranking as CSV text with a fixed column order."""
-    return ranking.reindex(columns=list(RANKING_COLUMNS)).to_csv(index=False, lineterminator="\n")
+    table = ranking.reindex(columns=list(RANKING_COLUMNS))
+    table["black_list"] = [black_list_value(b) if isinstance(b, tuple) else b for b in table["black_list"]]
+    return table.to_csv(index=False, lineterminator="\n")

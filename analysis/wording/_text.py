@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, black_list_value, config_name, trial_name
+from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, Configuration, black_list_value
 
 from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, SweepAnalysis
 from ..compute._configs import first_line
@@ -95,7 +95,7 @@ EQUIVALENT_EXAMPLES = 3
 
 def _as_run(row: dict) -> str:
     """An equivalent trial's name, with the black list it carried where its name leaves it out (under O0)."""
-    name = config_name(row["amp_level"], row["black_list"], row["clip"], row["loss_scale"], row["dtype"])
+    name = Configuration.from_row(row).name()
     if row["amp_level"] == FP32_LEVEL and len(row["black_list"]):
         name += f" with black list {black_list_value(row['black_list'])}"
     return name
@@ -335,7 +335,7 @@ def _evidence(kind: KindAnalysis, suffix: str) -> list[Section]:
 
 def _trial(row: dict) -> str:
     """A trial as the failures list names it: 'O2 · no clip · seed 0'."""
-    return trial_name(row, "unknown" if pd.isna(row["seed"]) else int(row["seed"]))
+    return Configuration.from_row(row).trial_name("unknown" if pd.isna(row["seed"]) else int(row["seed"]))
 
 
 def _failures(a: SweepAnalysis) -> Section:
