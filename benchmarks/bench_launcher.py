@@ -345,8 +345,8 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     from ampsweep.sweep import RunConfig, Sweep, SweepStore
     from ampsweep.sweep._result import SweepResult
     from ampsweep.sweep.cluster._launcher import drive_trials
+    from ampsweep.sweep.cluster._pool import WorkerPool
     from ampsweep.sweep.devices import AscendBackend
-    from ampsweep.sweep.scheduling._dispatch import Slot
     from ampsweep.sweep.store._lock import DriverLock
 
     from ._standin import InProcessActors, QuietCluster
@@ -365,22 +365,12 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     actors = InProcessActors()
     clock = _CommitClock(lambda: actors.actor_s)
     store.commit = clock.wrap(store.commit)  # type: ignore[method-assign]
-    slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
+    run = RunConfig(progress=False)
+    pool = WorkerPool(run, backends=[AscendBackend()] * devices, actors=actors, watch=QuietCluster())
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     started = time.perf_counter()
     try:
-        drive_trials(
-            plan,
-            plan.workload_ref,
-            store,
-            plan.trials,
-            slots,
-            RunConfig(progress=False),
-            result,
-            lock.beat,
-            QuietCluster(),
-            actors,
-        )
+        drive_trials(plan, plan.workload_ref, store, plan.trials, pool, run, result, lock.beat)
     finally:
         lock.release()
     wall = time.perf_counter() - started

@@ -18,10 +18,10 @@ import yaml
 from ._config import FailurePolicy, RunConfig
 from ._result import SweepResult
 from .cluster._launcher import run_sweep
+from .cluster._pool import WorkerPool
 from .planning._plan import SweepPlan
 from .planning._spec import SweepSpec, parse_spec, read_spec
 from .planning._workload_check import WorkloadFacts, check_workload
-from .scheduling._slot import Slot
 from .search._horizon import HorizonCheck
 from .search._search import AdaptiveSearch
 
@@ -68,13 +68,14 @@ class Sweep:
         config = replace(config or RunConfig(), **overrides)
         if config.failure is None:
             config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
-        if self.spec.search == "adaptive":
-            return AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config).run()
-        plan = self.plan()
-        workers: list[Slot] = []  # the grid's actors, kept for the continuation to the horizon
-        result = run_sweep(plan, self.resolved_yaml(), str(out), config, workers=workers)
-        if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
-            profile = result.profile.as_json() if result.profile is not None else None
-            check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), config, profile)
-            check.run(result, workers)
-        return result
+        with WorkerPool(config, self.spec.devices) as pool:  # one set of actors for every run of the sweep
+            if self.spec.search == "adaptive":
+                search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config)
+                return search.run(pool)
+            plan = self.plan()
+            result = run_sweep(plan, self.resolved_yaml(), str(out), config, pool=pool)
+            if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
+                profile = result.profile.as_json() if result.profile is not None else None
+                check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), config, profile)
+                check.run(result, pool)
+            return result

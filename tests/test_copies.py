@@ -28,8 +28,8 @@ from ampsweep.jobs import (
 from ampsweep.sweep import RunConfig, Sweep, SweepStore
 from ampsweep.sweep._result import SweepResult
 from ampsweep.sweep.cluster._launcher import drive_trials
+from ampsweep.sweep.cluster._pool import WorkerPool
 from ampsweep.sweep.devices import AscendBackend
-from ampsweep.sweep.scheduling._dispatch import Slot
 from benchmarks._standin import InProcessActors, QuietCluster
 from tests._trial import trial_config
 
@@ -125,12 +125,10 @@ def test_equivalent_trials_keep_their_own_rule():
 def _drive(tmp_path: Path, plan, actors: InProcessActors, devices: int = 2, **run) -> SweepResult:
     """Every trial of ``plan`` through the real driver loop, on in-process devices."""
     store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
+    config = RunConfig(progress=False, **run)
+    pool = WorkerPool(config, backends=[AscendBackend()] * devices, actors=actors, watch=QuietCluster())
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, **run), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    drive_trials(plan, plan.workload_ref, store, plan.trials, pool, config, result, lambda running: None)
     return result
 
 

@@ -11,19 +11,25 @@ import pandas as pd
 from ampsweep.sweep import RunConfig, Sweep, SweepPlan, SweepStore
 from ampsweep.sweep._result import SweepResult
 from ampsweep.sweep.cluster._launcher import drive_trials
+from ampsweep.sweep.cluster._pool import WorkerPool
 from ampsweep.sweep.devices import AscendBackend
-from ampsweep.sweep.scheduling._dispatch import Slot
 from benchmarks._standin import ActorGone, InProcessActors, QuietCluster
 
 NOOP = Path(__file__).resolve().parents[1] / "benchmarks" / "noop_workload.py"
 
 
 def _drive(
-    tmp_path: Path, devices: int, actors: InProcessActors, profile: bool = False, **grid: list
+    tmp_path: Path,
+    devices: int,
+    actors: InProcessActors,
+    profile: bool = False,
+    pool: WorkerPool | None = None,
+    name: str = "loop",
+    **grid: list,
 ) -> tuple[SweepPlan, SweepResult]:
     """Every trial of an O0/O2 no-op sweep (``grid`` adds axes) through the real driver loop."""
     raw = {
-        "name": "loop",
+        "name": name,
         "workload": f"{NOOP}:make",
         "steps": 1,
         "grid": {"amp_level": ["O0", "O2"], "clip": [None], **grid},
@@ -31,12 +37,10 @@ def _drive(
     }
     plan = Sweep(raw).plan()
     store = SweepStore(str(tmp_path), plan.name)
-    slots = [Slot(AscendBackend(), index, index) for index in range(devices)]
+    run = RunConfig(progress=False, profile=profile)
+    pool = pool or WorkerPool(run, backends=[AscendBackend()] * devices, actors=actors, watch=QuietCluster())
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=profile), result,
-        lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    drive_trials(plan, plan.workload_ref, store, plan.trials, pool, run, result, lambda running: None)
     return plan, result
 
 
@@ -47,6 +51,32 @@ def test_every_trial_is_committed_once_with_many_devices(tmp_path):
     assert result.ran == 200 and actors.calls == 200
     assert len(trials) == 200 and trials["trial_id"].is_unique
     assert (trials["attempts"] == 1).all()
+
+
+class _Starts(InProcessActors):
+    """Counts the actors started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+
+    def start(self, index, setup, options):
+        self.started += 1
+        return super().start(index, setup, options)
+
+
+def test_one_pool_keeps_its_actors_and_their_graphs_across_runs(tmp_path):
+    # the grid, then a horizon round or an adaptive round: the second run starts no actor
+    actors = _Starts()
+    pool = WorkerPool(RunConfig(), backends=[AscendBackend()] * 2, actors=actors, watch=QuietCluster())
+    _drive(tmp_path, 2, actors, pool=pool, seed=[0, 1])
+    graphs = [set(slot.graphs) for slot in pool.slots]
+    assert actors.started == 2 and all(graphs)
+    _, again = _drive(tmp_path, 2, actors, pool=pool, name="round", seed=[2, 3])
+    assert again.ran == 4 and actors.started == 2
+    assert [slot.graphs >= seen for slot, seen in zip(pool.slots, graphs)] == [True, True]
+    pool.close()
+    assert all(slot.actor is None for slot in pool.slots)
 
 
 class _DiesOnce(InProcessActors):
@@ -191,16 +221,16 @@ def test_an_actor_left_idle_with_trials_in_line_is_asked_again_before_the_loop_e
     # nothing else is in flight the loop must ask it again rather than end with trials unrun
     from ampsweep.sweep.scheduling._dispatch import Dispatcher
 
-    take_for = Dispatcher._take_for
+    take = Dispatcher.take
     refused = []
 
-    def refuses_an_idle_actor_once(self, slot):
-        if slot.ready and not slot.calls and not refused:
+    def refuses_an_idle_actor_once(self, slot, idle):
+        if idle and not refused:
             refused.append(slot.index)
             return None
-        return take_for(self, slot)
+        return take(self, slot, idle)
 
-    monkeypatch.setattr(Dispatcher, "_take_for", refuses_an_idle_actor_once)
+    monkeypatch.setattr(Dispatcher, "take", refuses_an_idle_actor_once)
     actors = InProcessActors()
     _, result = _drive(tmp_path, 1, actors, seed=[0, 1])
     assert refused, "the actor was never left idle"

@@ -11,9 +11,9 @@ from ampsweep.sweep import RunConfig, Sweep, SweepStore
 from ampsweep.sweep._errors import WorkloadBroken
 from ampsweep.sweep._result import SweepResult
 from ampsweep.sweep.cluster._launcher import drive_trials
+from ampsweep.sweep.cluster._pool import WorkerPool
 from ampsweep.sweep.devices import AscendBackend
 from ampsweep.sweep.scheduling._fail_fast import FAIL_FAST_TRIALS, FailFastGate
-from ampsweep.sweep.scheduling._slot import Slot
 from benchmarks._standin import InProcessActors, QuietCluster
 from tests._trial import trial_config
 
@@ -79,11 +79,9 @@ def test_the_profile_runs_once_after_every_trial_on_a_free_actor(tmp_path):
     store = SweepStore(str(tmp_path), plan.name)
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     actors = _Recording()
-    slots = [Slot(AscendBackend(), index, index) for index in range(2)]
-    drive_trials(
-        plan, plan.workload_ref, store, plan.trials, slots, RunConfig(progress=False, profile=True),
-        result, lambda running: None, QuietCluster(), actors,
-    )  # fmt: skip
+    run = RunConfig(progress=False, profile=True)
+    pool = WorkerPool(run, backends=[AscendBackend()] * 2, actors=actors, watch=QuietCluster())
+    drive_trials(plan, plan.workload_ref, store, plan.trials, pool, run, result, lambda running: None)
     assert actors.asked == ["trial"] * len(plan) + ["profile"]
     assert result.profile == {"profiled": plan.trials[0].seed} and result.profile_error is None
     assert len(store.committed()) == len(plan)

@@ -50,8 +50,8 @@ class RayActors:
         from ray.exceptions import RayActorError, RayTaskError
 
         self.completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
-        self.actor_died = (RayActorError,)
-        self.call_failed = (RayTaskError,)
+        self.actor_died: tuple[type[BaseException], ...] = (RayActorError,)
+        self.call_failed: tuple[type[BaseException], ...] = (RayTaskError,)
 
     def _watch(self, ref: Any) -> Any:
         # the callback runs on one of Ray's threads; the queue hands the result to the loop

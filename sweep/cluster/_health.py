@@ -38,6 +38,16 @@ class ClusterWatch:
         self._asked_at = 0.0
         self._next_at = time.monotonic() + CHECK_EVERY_S
 
+    @classmethod
+    def of_this_driver(cls) -> ClusterWatch:
+        """A watch that also notices this driver's own node dying."""
+        import ray
+
+        try:
+            return cls(ray.get_runtime_context().get_node_id())
+        except Exception:  # noqa: BLE001 - the check then only looks for any live node
+            return cls(None)
+
     def problem(self) -> str | None:
         now = time.monotonic()
         if self._box is None:

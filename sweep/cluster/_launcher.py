@@ -14,19 +14,16 @@ from typing import Any
 from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_reference
 from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
-from .._config import FailurePolicy, RunConfig
+from .._config import RunConfig
 from .._result import SweepResult
-from ..devices import discover
 from ..planning._plan import SweepPlan
 from ..planning._resume import check_same_sweep
-from ..scheduling._dispatch import Dispatcher, DispatchOptions, Slot
+from ..scheduling._dispatch import Dispatcher, DispatchOptions
 from ..scheduling._prefix import Forks
-from ..scheduling._profile_call import profile_on_a_free_actor
 from ..scheduling._progress import SweepProgress
 from ..store._lock import DriverLock
 from ..store._store import SweepStore
-from ._actors import Actors
-from ._health import ClusterWatch
+from ._pool import WorkerPool
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -101,16 +98,13 @@ def run_sweep(
     out: str,
     run: RunConfig,
     snapshots: str | None = None,
-    workers: list[Slot] | None = None,
+    pool: WorkerPool | None = None,
 ) -> SweepResult:
-    """Run every trial of ``plan`` that ``out`` does not already hold.
+    """Run every trial of ``plan`` that ``out`` does not already hold, on ``pool``'s workers.
 
-    ``workers``: a list the caller keeps across the runs of one sweep (the
-    grid, then its continuation to the horizon; an adaptive search's rounds).
-    The first run that trains fills it with its device slots; later runs reuse
-    their live actors, with MindSpore imported and their graphs compiled,
-    instead of starting new ones (about 4 s of start-up and a compile per graph
-    each time, measured on the horizon benchmark).
+    ``pool``: the sweep's workers, kept across its runs (the grid, then its
+    continuation to the horizon; an adaptive search's rounds); without one,
+    this run opens a pool of its own and closes it at the end.
 
     The plan is validated already (``Sweep`` does that); this is the part that
     needs Ray. Before Ray starts, the folder is checked: no other live driver,
@@ -118,6 +112,9 @@ def run_sweep(
     are unreadable (those run again). The resolved spec and the plan are
     written before any trial.
     """
+    if pool is None:
+        with WorkerPool(run, plan.devices) as own:
+            return run_sweep(plan, resolved_yaml, out, run, snapshots, own)
     import ray
 
     store = SweepStore(out, plan.name, snapshots)
@@ -139,40 +136,23 @@ def run_sweep(
         write_plan()
         return result
 
-    workload_ref = plan.workload_ref
     address = cluster_address(run.address)
     if not ray.is_initialized():
         # a caller that started Ray itself decided the runtime_env already
-        workload_ref, shipped = ship_workload(workload_ref, address)
+        pool.workload_ref, shipped = ship_workload(plan.workload_ref, address)
         start_ray(address, run.workers, {**(run.runtime_env or {}), **(shipped or {})} or None)
-    slots = list(workers or ())
-    if not slots:
-        # discover before writing anything: a device kind the cluster lacks is a usage error
-        layout = discover(run.devices or plan.devices, ray.cluster_resources(), run.workers)
-        backends = [backend for backend, count in layout for _ in range(count)]
-        slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
-        if workers is not None:
-            workers.extend(slots)
+    pool.open()  # before anything is written: a device kind the cluster lacks is a usage error
     lock.acquire()
     try:
         write_plan()
-        dispatcher = drive_trials(
-            plan,
-            workload_ref,
-            store,
-            pending,
-            slots[: len(pending)],
-            run,
-            result,
-            lock.beat,
-            ClusterWatch(_own_node()),
-        )
+        workload_ref = pool.workload_ref or plan.workload_ref
+        dispatcher = drive_trials(plan, workload_ref, store, pending, pool, run, result, lock.beat)
     finally:
         lock.release()
     if dispatcher.pending:
         raise RuntimeError(
             f"every worker died repeatedly; {len(dispatcher.pending)} trials were not run "
-            f"(last error: {dispatcher.last_error})"
+            f"(last error: {pool.last_error})"
         )
     return result
 
@@ -182,28 +162,20 @@ def drive_trials(
     workload_ref: str,
     store: SweepStore,
     pending: list[TrialConfig],
-    slots: list[Slot],
+    pool: WorkerPool,
     run: RunConfig,
     result: SweepResult,
     heartbeat: Callable[[list[str]], None],
-    watch: Any,
-    actors: Actors | None = None,
 ) -> Dispatcher:
-    """Dispatch ``pending`` on ``slots``, commit each finished trial into ``store``, then profile.
+    """Run ``pending`` on ``pool``, commit each finished trial into ``store``; with ``run.profile``,
+    the FP32 profile too, on the first actor the trials leave idle.
 
     The driver's whole per-trial path, and nothing that needs a cluster: the
-    dispatch-at-scale benchmark runs exactly this against an in-process stand-in
-    for the actors (``actors``; Ray's own by default) and ``watch``.
+    dispatch-at-scale benchmark runs exactly this on a pool of in-process
+    stand-ins for the actors (``WorkerPool(actors=..., watch=...)``).
     """
-    copies = plan.copy_map(pending, exact_reruns(slots, run))
-    options = DispatchOptions(
-        workload_ref,
-        run.compute_on,
-        run.failure or FailurePolicy(),
-        fail_fast=not run.keep_going,
-        copies=copies,
-        deterministic=run.deterministic,
-    )
+    copies = plan.copy_map(pending, pool.exact_reruns())
+    options = DispatchOptions(workload_ref, fail_fast=not run.keep_going, copies=copies)
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
         print(
@@ -222,65 +194,40 @@ def drive_trials(
     done = len(plan) - len(pending)
     finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
     with SweepProgress(len(plan), done, run.progress) as bar:
-        dispatcher = Dispatcher(
-            slots,
-            copies.to_train(pending),
-            options,
-            commit,
-            bar,
-            heartbeat,
-            done,
-            store.baselines(plan.trials, finished),
-            forks,
-            actors,
-        )
-        dispatcher.run(watch)
-    if run.profile and not dispatcher.pending:
-        _profile(plan, workload_ref, forks, dispatcher, watch, result)
-    return dispatcher
+        baselines = store.baselines(plan.trials, finished)
+        dispatcher = Dispatcher(copies.to_train(pending), options, commit, bar, done, baselines, forks)
 
+        def beat(running: list[str]) -> None:
+            heartbeat(running)
+            bar.set_running(len(running))
 
-def exact_reruns(slots: list[Slot], run: RunConfig) -> bool:
-    """Whether rerunning a trial on these devices gives the same bits (what a copy assumes)."""
-    return run.deterministic or all((run.compute_on or slot.backend.kind) == "cpu" for slot in slots)
-
-
-def _profile(
-    plan: SweepPlan,
-    workload_ref: str,
-    forks: Forks | None,
-    dispatcher: Dispatcher,
-    watch: Any,
-    result: SweepResult,
-) -> None:
-    """The FP32 profile of the first seed, after the trials, on an actor that is still up.
-
-    From where that seed's trials start, as ``ampsweep profile`` would. When
-    that start is not at hand (a snapshot no pending trial used) or no actor
-    is up, the CLI profiles in the driver instead.
-    """
-    first = plan.trials[0]
-    start = None
-    if first.start_from:
-        start = forks.refs.get(first.start_from) if forks is not None else None
-        if start is None:
-            return
-    args = (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
-    answer = profile_on_a_free_actor(dispatcher.slots, dispatcher.actors, args, watch, dispatcher.committed)
+        profile = _profile_args(plan, workload_ref, forks) if run.profile else None
+        answer = pool.run(dispatcher, beat, profile)
     if isinstance(answer, BaseException):
         text = str(answer).strip()
         result.profile_error = f"{type(answer).__name__}: {text.splitlines()[-1] if text else ''}"
-    else:
+    elif answer is not None:
         result.profile = answer
+    return dispatcher
 
 
-def _own_node() -> str | None:
-    import ray
+def _profile_args(
+    plan: SweepPlan, workload_ref: str, forks: Forks | None
+) -> Callable[[], tuple[Any, ...] | None]:
+    """The FP32 profile of the first seed from where its trials start, as ``ampsweep profile`` would.
 
-    try:
-        return ray.get_runtime_context().get_node_id()
-    except Exception:  # noqa: BLE001 - the check then only looks for any live node
-        return None
+    Asked for once the trials are handed out. When that start is not at hand (a
+    snapshot no pending trial used), None: the CLI profiles in the driver instead.
+    """
+    first = plan.trials[0]
+
+    def args() -> tuple[Any, ...] | None:
+        start = forks.refs.get(first.start_from) if forks is not None and first.start_from else None
+        if first.start_from and start is None:
+            return None
+        return (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
+
+    return args
 
 
 def warn(message: str) -> None:

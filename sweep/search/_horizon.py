@@ -48,9 +48,9 @@ from ampsweep.jobs import TrialConfig
 from .._config import RunConfig
 from .._result import SweepResult
 from ..cluster._launcher import run_sweep
+from ..cluster._pool import WorkerPool
 from ..planning._plan import SweepPlan
 from ..planning._start import StartPoint
-from ..scheduling._slot import Slot
 from ..store._store import SweepStore
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class HorizonCheck:
 
     # running ------------------------------------------------------------------------------------
     def _run_round(
-        self, batch: list[tuple[Any, str, list[str]]], totals: SweepResult, workers: list[Slot] | None
+        self, batch: list[tuple[Any, str, list[str]]], totals: SweepResult, pool: WorkerPool | None
     ) -> None:
         trials: list[TrialConfig] = []
         starts: dict[str, StartPoint] = {}
@@ -250,9 +250,7 @@ class HorizonCheck:
             # no profile per round: the grid's own is the forecast, and the report shows that one
             config = replace(self.config, profile=False)
             totals.add_run(
-                run_sweep(
-                    plan, self.resolved_yaml, self.store.root, config, self.store.snapshot_folder, workers
-                )
+                run_sweep(plan, self.resolved_yaml, self.store.root, config, self.store.snapshot_folder, pool)
             )
         for (key, _, _), entry in zip(batch, entries, strict=True):
             self._judge(entry, trials)
@@ -285,8 +283,8 @@ class HorizonCheck:
     def _save(self) -> None:
         self.store.write_text(HORIZON_FILE, encode_horizon(self.log))
 
-    def run(self, totals: SweepResult, workers: list[Slot] | None = None) -> SweepResult:
-        """Continue until the recommendation held (``workers``: the grid's actors, reused)."""
+    def run(self, totals: SweepResult, pool: WorkerPool | None = None) -> SweepResult:
+        """Continue until the recommendation held (``pool``: the grid's workers, reused)."""
         from ampsweep.analysis import analyze
 
         limit = len(self.plan.trials) + 1  # every round continues at least one new configuration
@@ -295,6 +293,6 @@ class HorizonCheck:
             batch = self._next_batch(analyze(self.store.root, figures=False).ranking)
             if not batch:
                 break
-            self._run_round(batch, totals, workers)
+            self._run_round(batch, totals, pool)
         self._save()
         return totals

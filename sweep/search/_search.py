@@ -44,9 +44,9 @@ from ampsweep.jobs import TrialConfig
 from .._config import RunConfig
 from .._result import SweepResult
 from ..cluster._launcher import run_sweep
+from ..cluster._pool import WorkerPool
 from ..planning._grid import equivalents
 from ..planning._plan import SweepPlan, starts_of
-from ..scheduling._slot import Slot
 from ..store._store import SweepStore
 from ._search_rules import (
     SeedEvidence,
@@ -77,8 +77,8 @@ class AdaptiveSearch:
         self.config = config
         # a round's end is not the sweep's: no FP32 profile after each (the CLI profiles once, at the end)
         self.run_config = replace(config, profile=False)
-        #: the actors of the first round, reused by every later one (``run_sweep``'s ``workers``)
-        self.workers: list[Slot] = []
+        #: the sweep's workers, reused by every round
+        self.pool: WorkerPool | None = None
         self.store = SweepStore(out, self.spec.name)
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
@@ -136,9 +136,7 @@ class AdaptiveSearch:
         plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
         out = self.out if target is self.store else self.store.root
         self.totals.add_run(
-            run_sweep(
-                plan, self.resolved_yaml, out, self.run_config, self.store.snapshot_folder, self.workers
-            )
+            run_sweep(plan, self.resolved_yaml, out, self.run_config, self.store.snapshot_folder, self.pool)
         )
 
     def _evidence(
@@ -315,7 +313,8 @@ class AdaptiveSearch:
         self.log.trials_run = len(self.planned)
         self.store.write_text(SEARCH_FILE, encode_search(self.log))
 
-    def run(self) -> SweepResult:
+    def run(self, pool: WorkerPool | None = None) -> SweepResult:
+        self.pool = pool
         grid = self.spec.grid
         own = list(self.workload.own_classes)
         self.log.candidate_classes = own

@@ -1,0 +1,399 @@
+"""One pool of workers for a whole sweep: the grid, the horizon rounds, the adaptive rounds, the profile.
+
+Opened once per sweep (``Sweep.run``), so a later round finds its actors with
+MindSpore imported and their graphs compiled (about 4 s of start-up and a
+compile per graph each round, measured on the horizon benchmark). It owns what
+is about actors: it starts and probes them (one that never starts holds no
+trial), replaces one that dies, counts each trial's attempts, writes the
+heartbeat, and runs the one completion loop that trials and the FP32 profile
+go through. What runs next, and the commits, are the ``Dispatcher``'s.
+Completions arrive on ``Actors.completions`` (no wait over every reference in
+flight); the cluster (``ClusterWatch``) and Ctrl-C are checked once a second.
+
+A ``Slot`` is what the pool starts, probes, replaces and hands trials to: one
+actor on one device today. A gang of rank actors (one placement group) is one
+slot too: its ``actor`` is the gang's handle, which the ``Actors`` forms,
+probes and kills; the loop, the attempts and the dispatcher stay as they are.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ampsweep.jobs import Placement, TrialConfig, TrialResult
+
+from .._config import FailurePolicy, RunConfig
+from .._errors import ClusterLost, Interrupted
+from ..devices import DeviceBackend, device_setup, discover
+from ._actors import Actors, RayActors
+from ._health import ClusterWatch
+
+if TYPE_CHECKING:
+    from ..scheduling._dispatch import Dispatcher
+
+#: Seconds without any live actor after which the sweep gives up waiting for one to start.
+NO_ACTOR_TIMEOUT_S = 300.0
+#: How long the loop waits for a finished call before it checks the cluster and Ctrl-C again.
+_TICK_S = 1.0
+
+
+@dataclass
+class Slot:
+    """One place trials run (a device and its actor); its actor is replaced when it dies."""
+
+    backend: DeviceBackend
+    index: int
+    ordinal: int
+    actor: Any = None
+    ready: bool = False
+    deaths: int = 0
+    gone: bool = False
+    #: the graphs its actor compiled (the dispatcher prefers their trials)
+    graphs: set[str] = field(default_factory=set)
+    #: the calls sent to the current actor and not answered yet, oldest (the running one) first
+    calls: deque[Any] = field(default_factory=deque)
+
+    def runs(self, call: Any) -> bool:
+        """Whether the actor runs ``call`` now: the oldest call it has not answered."""
+        return bool(self.calls) and self.calls[0] is call
+
+
+class WorkerPool:
+    """The actors of one sweep, kept across its runs; ``run(work, heartbeat)`` is the completion loop.
+
+    ``backends``: the devices, one slot each (default: discovered from the
+    cluster on first use, as ``RunConfig.devices`` or the spec's ``devices``
+    say). ``actors`` and ``watch`` replace Ray's actors and the cluster watch
+    (the dispatch benchmark's in-process stand-in). Use it as a context
+    manager: leaving it kills the actors.
+    """
+
+    _work: Dispatcher  # the run in progress (``run``)
+
+    def __init__(
+        self,
+        config: RunConfig,
+        devices: str | list[str] = "auto",
+        *,
+        backends: Sequence[DeviceBackend] = (),
+        actors: Actors | None = None,
+        watch: Any = None,
+        depth: int = 2,
+    ) -> None:
+        self.config = config
+        self.devices = devices
+        self.failure = config.failure or FailurePolicy()
+        #: trials an actor holds at once: it starts the next one without a round trip to the driver
+        self.depth = depth
+        self.slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+        self._actors = actors
+        self._watch = watch
+        #: the workload reference as the workers see it (``ship_workload``), once Ray is started
+        self.workload_ref: str | None = None
+        #: readiness probe of a new actor -> its slot and that actor (a later replacement has another)
+        self.probes: dict[Any, tuple[Slot, Any]] = {}
+        #: call -> its slot, the actor it went to, its trial (None: the profile)
+        self.in_flight: dict[Any, tuple[Slot, Any, TrialConfig | None]] = {}
+        #: trial id -> workers it ran on in this run (a run counts its own)
+        self.attempts: dict[str, int] = {}
+        self.last_error = ""
+        self._heartbeat: Callable[[list[str]], None] = lambda running: None
+        self._profile: Callable[[], tuple[Any, ...] | None] | None = None
+        self._profile_answer: Any = None
+        self._live = 0  # slots with an actor that is not given up
+        #: calls that were running on an actor when it died (the others behind it never started)
+        self._lost: set[Any] = set()
+        #: ready actors left idle while trials wait for the actors that compiled their graphs
+        self._idle: dict[int, Slot] = {}
+        self._last_live = time.monotonic()
+        self._next_beat = 0.0
+
+    # the cluster --------------------------------------------------------------------------------
+    @property
+    def actors(self) -> Actors:
+        if self._actors is None:
+            self._actors = RayActors()
+        return self._actors
+
+    @property
+    def watch(self) -> Any:
+        if self._watch is None:
+            self._watch = ClusterWatch.of_this_driver()
+        return self._watch
+
+    def open(self) -> None:
+        """Find the devices once (Ray is started): a device kind the cluster lacks is a usage error."""
+        if self.slots:
+            return
+        import ray
+
+        layout = discover(self.config.devices or self.devices, ray.cluster_resources(), self.config.workers)
+        backends = [backend for backend, count in layout for _ in range(count)]
+        self.slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+
+    def exact_reruns(self) -> bool:
+        """Whether rerunning a trial on these devices gives the same bits (what a copy assumes)."""
+        run = self.config
+        return run.deterministic or all((run.compute_on or s.backend.kind) == "cpu" for s in self.slots)
+
+    def close(self, kill: bool = True) -> None:
+        """Let the actors go; ``kill``: end them now (not after a lost cluster, which may not answer)."""
+        for slot in self.slots:
+            if kill and slot.actor is not None and not slot.gone:
+                self.actors.kill(slot.actor)
+            slot.actor, slot.ready, slot.gone = None, False, True
+        self.probes.clear()
+        self.in_flight.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: Any) -> None:
+        self.close(kill=kind is None)
+
+    # the loop -----------------------------------------------------------------------------------
+    def run(
+        self,
+        work: Dispatcher,
+        heartbeat: Callable[[list[str]], None],
+        profile: Callable[[], tuple[Any, ...] | None] | None = None,
+    ) -> Any:
+        """Run ``work`` to its end; ``heartbeat`` gets the running trials' ids once a second.
+
+        ``profile``: the arguments of ``TrialWorker.profile``, asked for once
+        nothing is left to hand out; it goes to the first actor the trials leave
+        idle (it never competes with a trial for a device). Returns its answer,
+        the exception it ended with, or None when it did not run.
+        """
+        self.open()
+        self._work, self._heartbeat, self._profile = work, heartbeat, profile
+        self._profile_answer = None
+        self.attempts = {}
+        self._idle.clear()
+        self._last_live, self._next_beat = time.monotonic(), 0.0
+        work.attach(self.slots)
+        wanted = work.left()
+        for slot in self.slots:
+            if slot.gone:
+                continue
+            if slot.actor is None:
+                if self._live >= wanted:
+                    continue  # no more actors than trials
+                self._start_actor(slot)
+            self._dispatch(slot, before_ready=not slot.ready)
+        try:
+            while self._work_left():
+                problem = self.watch.problem()
+                if problem:
+                    raise ClusterLost(problem, work.committed, work.left())
+                self._beat()
+                try:
+                    call, answer = self.actors.completions.get(timeout=_TICK_S)
+                except queue.Empty:
+                    self._check_no_actor()
+                    continue
+                if call in self.probes:
+                    self._probe_answered(call, answer)
+                elif call in self.in_flight:
+                    self._call_answered(call, answer)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted", work.committed, work.left()) from None
+        work.close()
+        return self._profile_answer
+
+    def _work_left(self) -> bool:
+        """An answer is awaited; else an actor left idle with trials in line is asked once more
+        (it is otherwise asked only once a second, after the loop would have ended)."""
+        if self.in_flight or (self._work.waiting() and self.probes):
+            return True
+        if self._idle and not self._work.drained():
+            self._wake(idle_only=True)
+            return bool(self.in_flight)
+        return False
+
+    def _beat(self) -> None:
+        """The heartbeat, at most once a second (it costs O(devices))."""
+        now = time.monotonic()
+        if now < self._next_beat:
+            return
+        self._next_beat = now + _TICK_S
+        self._wake(idle_only=True)
+        running = (self.in_flight.get(slot.calls[0]) for slot in self.slots if slot.calls)
+        self._heartbeat([held[2].trial_id for held in running if held is not None and held[2] is not None])
+
+    def _wake(self, idle_only: bool) -> None:
+        """Ask again the idle actors (once a second, when a trial comes back), or every actor (a
+        snapshot released its trials). Not on every answer: that would cost O(devices) each."""
+        for slot in list(self._idle.values()) if idle_only else self.slots:
+            self._dispatch(slot)
+
+    # actors -------------------------------------------------------------------------------------
+    def _setup(self, slot: Slot) -> Any:
+        run = self.config
+        return device_setup(slot.backend, slot.ordinal, run.compute_on, run.deterministic)
+
+    def _start_actor(self, slot: Slot) -> None:
+        if slot.actor is None:
+            self._live += 1
+        slot.actor = self.actors.start(slot.index, self._setup(slot), slot.backend.actor_options())
+        slot.ready = False
+        self._work.dropped(slot)
+        self.probes[self.actors.probe(slot.actor)] = (slot, slot.actor)
+
+    def _give_up(self, slot: Slot) -> None:
+        if slot.gone:
+            return
+        slot.gone = True
+        self._live -= 1
+        self._work.dropped(slot)
+        if slot.actor is not None:
+            self.actors.kill(slot.actor)
+
+    def _probe_answered(self, call: Any, answer: Future[Any]) -> None:
+        slot, actor = self.probes.pop(call)
+        if actor is not slot.actor:
+            return  # the probe of an actor already replaced
+        try:
+            answer.result()
+        except (*self.actors.actor_died, *self.actors.call_failed) as exc:
+            if not slot.calls:  # else its trial's failure replaces the actor
+                self._actor_died(slot, exc)
+            return
+        slot.ready = True
+        self._last_live = time.monotonic()
+        self._dispatch(slot)
+
+    def _actor_died(self, slot: Slot, exc: BaseException, running_left: bool = False) -> None:
+        """``running_left``: the failure that told us came from a queued call, so the oldest
+        call still listed is the one the actor was running (it counts as an attempt)."""
+        slot.deaths += 1
+        slot.ready = False
+        if running_left and slot.calls:
+            self._lost.add(slot.calls[0])
+        slot.calls.clear()  # the dead actor's other calls fail too; they are requeued then
+        if slot.deaths >= self.failure.max_slot_deaths:
+            text = str(exc).strip()
+            self.last_error = text.splitlines()[0] if text else repr(exc)
+            self._give_up(slot)
+            return
+        self._start_actor(slot)
+
+    def _check_no_actor(self) -> None:
+        if self.in_flight or any(s.ready and not s.gone for s in self.slots):
+            self._last_live = time.monotonic()
+            return
+        if time.monotonic() - self._last_live > NO_ACTOR_TIMEOUT_S:
+            for slot, _ in list(self.probes.values()):
+                self._give_up(slot)
+            self.probes.clear()
+
+    # calls --------------------------------------------------------------------------------------
+    def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
+        """Give ``slot`` trials until it holds ``depth``; one while the line is short: the last
+        trials go to whichever actor frees first. ``before_ready``: one queued behind a first
+        actor's start.
+
+        Short means fewer than ``depth`` trials for every slot: with 4 ResNet trials on 2
+        actors, the first actor to finish once queued both remaining trials behind each other
+        while the second actor idled for 100 s.
+        """
+        if slot.gone or not (slot.ready or before_ready):
+            return
+        work = self._work
+        short = work.waiting() < self.depth * self._live
+        depth = 1 if before_ready or short else self.depth
+        while len(slot.calls) < depth:
+            taken = work.take(slot, idle=slot.ready and not slot.calls)
+            if taken is None:
+                break
+            config, hint, start = taken
+            self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
+            call = self.actors.run(slot.actor, config, work.workload_ref, hint, start)
+            self._sent(slot, call, config)
+            work.sent(config, call, slot)
+        if slot.ready and not slot.calls and work.drained() and self._profile is not None:
+            args, self._profile = self._profile(), None
+            if args is not None:
+                self._sent(slot, self.actors.profile(slot.actor, args), None)
+        if slot.ready and not slot.calls and not work.drained():
+            self._idle[slot.index] = slot  # asked again when an answer changes the line
+        else:
+            self._idle.pop(slot.index, None)
+
+    def _sent(self, slot: Slot, call: Any, config: TrialConfig | None) -> None:
+        self.in_flight[call] = (slot, slot.actor, config)
+        slot.calls.append(call)
+
+    def _answered(self, slot: Slot, call: Any) -> bool:
+        """``call`` is no longer in flight on ``slot``; whether its actor had started it."""
+        started = slot.runs(call) or call in self._lost
+        self._lost.discard(call)
+        if call in slot.calls:
+            slot.calls.remove(call)
+        return started
+
+    def _failed(self, config: TrialConfig, slot: Slot, error: str) -> TrialResult:
+        setup = self._setup(slot)
+        where = Placement(setup.device_kind, setup.mindspore_target, worker_index=slot.index)
+        return TrialResult.failure(config, error, where)
+
+    def _call_answered(self, call: Any, answer: Future[Any]) -> None:
+        slot, actor, config = self.in_flight.pop(call)
+        started = self._answered(slot, call)
+        if config is None:
+            self._profile_done(slot, actor, answer)
+            return
+        work = self._work
+        work.answered(config, call)
+        try:
+            result = answer.result()
+        except self.actors.actor_died as exc:
+            self._worker_died(slot, actor, config, started, exc)
+            return
+        except self.actors.call_failed as exc:  # the trial code is guarded; this is serialization etc.
+            text = str(exc).strip()
+            result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
+        else:
+            slot.deaths = 0
+        # the next trial first, the Parquet commit after: the actor trains while the driver writes
+        work.learn(config, result)
+        self._last_live = time.monotonic()
+        self._dispatch(slot)
+        self._finished(result)
+
+    def _finished(self, result: TrialResult) -> None:
+        wake = self._work.finish(result, self.attempts.get(result.trial_id, 1))
+        if wake:
+            self._wake(idle_only=wake == "idle")
+
+    def _worker_died(
+        self, slot: Slot, actor: Any, config: TrialConfig, started: bool, exc: BaseException
+    ) -> None:
+        """The trial runs again (the running one counts an attempt), or is ``failed`` after ``max_attempts``."""
+        if not started:
+            self.attempts[config.trial_id] -= 1  # queued behind the lost trial: it never started
+        limit = self.failure.max_attempts
+        if self.attempts[config.trial_id] >= limit:
+            self._finished(
+                self._failed(config, slot, f"WorkerDied: the worker died {limit} times running this trial")
+            )
+        else:
+            self._work.requeue(config)
+        if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
+            self._actor_died(slot, exc, running_left=not started)
+        self._wake(idle_only=True)  # the trial is back in line, and its graph may have lost a holder
+
+    def _profile_done(self, slot: Slot, actor: Any, answer: Future[Any]) -> None:
+        try:
+            self._profile_answer = answer.result()
+        except Exception as exc:  # noqa: BLE001 - the profile is extra: its failure is reported, not raised
+            self._profile_answer = exc
+            if isinstance(exc, self.actors.actor_died) and actor is slot.actor:
+                self._actor_died(slot, exc)
+        self._dispatch(slot)
