@@ -186,17 +186,6 @@ CRITERIA: tuple[Criterion, ...] = (
         higher_is_better=True,
     ),
     Criterion(
-        "clip_class",
-        "clipping",
-        "clip_class",
-        rule=(
-            f"Clip rate (clipped / finite steps, median over seeds): in band (0, {cls.HEALTHY_CLIP_MAX:g}] < "
-            "no clipping < never fires < unknown < fires too often < above "
-            f"{cls.TOO_SMALL_CLIP:g} (threshold too small)."
-        ),
-        show=lambda r: f"'{r['clip_label']}'",
-    ),
-    Criterion(
         "steps_to_target",
         "steps to target",
         "steps_to_target_median",
@@ -223,6 +212,31 @@ CRITERIA: tuple[Criterion, ...] = (
         is_score=True,
     ),
     Criterion(
+        "n_black_listed",
+        "FP32 part",
+        "n_black_listed",
+        rule=(
+            "Less of the network kept in FP32 (what AMP is for): parameter elements under the listed Cells, "
+            "then the number of classes. The smaller FP32 part wins unless it learns worse beyond seed noise "
+            "(the two scores above), before the clip band and speed. A stable configuration whose FP32 part "
+            "contains another stable one's, otherwise equal, ranks below it. The recommendation is minimal: "
+            "it never keeps a class in FP32 when the same configuration without it is stable on every seed "
+            "and tied on every criterion above."
+        ),
+        show=_fp32_part_text,
+    ),
+    Criterion(
+        "clip_class",
+        "clipping",
+        "clip_class",
+        rule=(
+            "Clip rate (clipped / finite steps, median over seeds), between configurations with the same FP32 "
+            f"part: in band (0, {cls.HEALTHY_CLIP_MAX:g}] < no clipping < never fires < unknown < fires too "
+            f"often < above {cls.TOO_SMALL_CLIP:g} (threshold too small)."
+        ),
+        show=lambda r: f"'{r['clip_label']}'",
+    ),
+    Criterion(
         "speed",
         "speed vs FP32",
         "speed_vs_fp32_median",
@@ -236,18 +250,6 @@ CRITERIA: tuple[Criterion, ...] = (
         seed_figure="speed_vs_fp32",
         accelerator_only=True,
         is_score=True,
-    ),
-    Criterion(
-        "n_black_listed",
-        "FP32 part",
-        "n_black_listed",
-        rule=(
-            "Less of the network kept in FP32: parameter elements under the listed Cells, then the number of "
-            "classes. A stable configuration whose FP32 part contains another stable one's, otherwise equal, "
-            "ranks below it. The recommendation is minimal: it never keeps a class in FP32 when the same "
-            "configuration without it is stable on every seed and tied on every criterion above."
-        ),
-        show=_fp32_part_text,
     ),
     Criterion(
         "loss_inside",
@@ -345,67 +347,82 @@ def adopt_rank(paths: list[Path], best: int, smaller: int) -> None:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """One criterion's values, as shown, for a row and for the row it is compared with."""
+
+    criterion: str  # a :data:`CRITERIA` name
+    mine: str
+    theirs: str
+    #: the seed ranges ('70-190', '65-101') of a score measured per seed; None where they add nothing
+    seeds: tuple[str, str] | None = None
+    unit: str = ""  # said once after both values ('parameters')
+
+    @property
+    def label(self) -> str:
+        return BY_NAME[self.criterion].label
+
+
+@dataclass(frozen=True)
+class Containment:
+    """A stable row's FP32 part contains the one of the stable row ranked ``rank`` (``analysis.compute._rank``)."""
+
+    rank: int
+    mine: tuple[str, ...]  # this row's black list
+    theirs: tuple[str, ...]
+    sizes: tuple[str, str] | None = None  # parameter elements in FP32, where both are known
+
+
+@dataclass(frozen=True)
 class RankReason:
-    """Why a row's rank is below the one above it."""
+    """Why a row's rank is below the one above it, as data (:func:`analysis.wording._labels.phrase` words it)."""
 
-    decided_by: str  # criterion name; "" for the first row
-    tied_on: tuple[str, ...]  # noisy criteria whose medians differ but are tied
-    tied_with_above: bool  # every score tied: only FP32 classes or the name decided
-    phrase: str
-
-
-def _pair(crit: Criterion, row: Row, above: Row) -> tuple[str, str]:
-    """'82 vs 96' and, for a score measured per seed, 'seeds 70-190 vs 65-101'."""
-    core = f"{crit.show(row)} vs {crit.show(above)}"
-    if not crit.noisy:
-        return core, ""
-    mine, theirs = crit.seed_range(row), crit.seed_range(above)
-    if not (mine or theirs):
-        return core, ""
-    return core, f"seeds {mine or crit.show(row)} vs {theirs or crit.show(above)}"
+    decided_by: str = ""  # criterion name; "" for the first row
+    above: int = 0  # the rank it is compared with
+    decided: Comparison | None = None
+    tied_on: tuple[Comparison, ...] = ()  # noisy criteria whose medians differ but are tied
+    #: a score measured here but never deciding (speed on the CPU backend)
+    shown: tuple[Comparison, ...] = ()
+    #: every score tied: only the FP32 part, the clip band or a tie-break decided
+    tied_with_above: bool = False
+    contains: Containment | None = None
+    #: ahead of the row above on the criteria, below it only because it contains ``contains.rank``'s part
+    by_containment: bool = False
 
 
-def _tied_text(crit: Criterion, row: Row, above: Row) -> str:
-    core, seeds = _pair(crit, row, above)
-    return f"{crit.label} ({core}, {seeds})" if seeds else f"{crit.label} ({core})"
-
-
-def _decided_text(crit: Criterion, row: Row, above: Row) -> str:
-    core, seeds = _pair(crit, row, above)
-    return f"{crit.label}: {core} ({seeds})" if seeds else f"{crit.label}: {core}"
+def compare(crit: Criterion, row: Row, above: Row) -> Comparison:
+    """``crit``'s values of ``row`` and ``above``, with the seed ranges of a score measured per seed."""
+    mine, theirs = crit.show(row), crit.show(above)
+    seeds = None
+    if crit.noisy:
+        mine_range, theirs_range = crit.seed_range(row), crit.seed_range(above)
+        if mine_range or theirs_range:
+            seeds = (mine_range or mine, theirs_range or theirs)
+    return Comparison(crit.name, mine, theirs, seeds)
 
 
 def rank_reason(
     row: Row, above: Row, path: Path, above_path: Path, above_rank: int, ctx: RankContext
 ) -> RankReason:
-    """The phrase column: tied with the row above or not, and on what."""
-    tied_on: list[Criterion] = []
-    not_deciding: list[Criterion] = []
+    """Which criterion put ``row`` below ``above``, and the scores they are tied on within seed noise."""
+    tied_on: list[Comparison] = []
+    shown: list[Comparison] = []
     decided = CRITERIA[-1]
     for level, crit in enumerate(CRITERIA):
         if path[level] != above_path[level]:
             decided = crit
             break
         if crit.noisy and crit.show(row) != crit.show(above):
-            (tied_on if crit.decides(ctx) else not_deciding).append(crit)
-    parts = []
-    if tied_on:
-        parts.append(
-            f"tied with #{above_rank} on " + " and ".join(_tied_text(c, row, above) for c in tied_on)
-        )
-    scores_tied = decided.name in (*_AFTER_SCORES, "config_id")
-    if decided.name == "config_id":
-        parts.append(f"tied with #{above_rank} on every criterion; ordered by name")
-    else:
-        if decided.name in _AFTER_SCORES and not tied_on:
-            parts.append(f"tied with #{above_rank} on every score")
-        where = "below it" if parts else f"below #{above_rank}"
-        parts.append(f"{where} on {_decided_text(decided, row, above)}")
-    for crit in not_deciding:
-        parts.append(f"{crit.label} {_pair(crit, row, above)[0]} (measured on CPU: shown, never decides)")
-    return RankReason(decided.name, tuple(c.name for c in tied_on), scores_tied, "; ".join(parts))
+            (tied_on if crit.decides(ctx) else shown).append(compare(crit, row, above))
+    return RankReason(
+        decided.name,
+        above_rank,
+        compare(decided, row, above),
+        tuple(tied_on),
+        tuple(shown),
+        tied_with_above=decided.name in AFTER_SCORES,
+    )
 
 
-FIRST = RankReason("", (), False, "ranked first")
-#: the criteria that only order configurations tied on every score
-_AFTER_SCORES = ("n_black_listed", "loss_inside", "loss_scaling")
+FIRST = RankReason()
+#: the criteria that decide only between configurations tied on every learning score
+AFTER_SCORES = ("n_black_listed", "clip_class", "loss_inside", "loss_scaling", "config_id")

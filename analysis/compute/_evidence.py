@@ -139,7 +139,7 @@ def _runner_up(ranking: pd.DataFrame, best: pd.Series) -> tuple[dict[str, Any] |
     undecided = []
     adjacent = int(other["rank"]) == int(best["rank"]) + 1
     within_noise = bool(adjacent and (other["tied_on"] or other["tied_with_above"]))
-    tied = ", ".join(BY_NAME[n].label for n in str(other["tied_on"]).split(", ") if n) or "every score"
+    tied = ", ".join(BY_NAME[n].label for n in other["tied_on"]) or "every score"
     decided = BY_NAME.get(str(other["decided_by"])) if adjacent else None
     if within_noise and decided is not None:
         undecided.append(

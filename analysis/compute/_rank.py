@@ -2,10 +2,10 @@
 
 The order, its tie rule and the rules text live in :mod:`analysis.compute._criteria`;
 this module classifies each configuration (stability tier, clip class), sorts
-by the criteria, makes the recommendation minimal, and writes each row's
-words: what the row is (``rule``'s first part) and why its rank is below the
-row above it (``phrase``, with ``decided_by``, ``tied_on`` and
-``tied_with_above``).
+by the criteria, makes the recommendation minimal, and says what each row is
+(``description``) and why its rank is below the row above it, as data
+(``rank_reason``, with ``decided_by``, ``tied_on`` and ``tied_with_above``):
+:mod:`analysis.wording._labels` words it (``phrase``, ``rule``).
 
 **A broken configuration shows where it broke.** A configuration with a
 diverged seed has finite losses only *before* its NaN, so its "final loss"
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -54,9 +55,12 @@ from . import _classes as cls
 from ._anomalies import localizations_phrase
 from ._classes import pct
 from ._criteria import (
+    AFTER_SCORES,
     BY_NAME,
     FIRST,
     MINIMAL_LEVEL,
+    Comparison,
+    Containment,
     RankContext,
     RankReason,
     adopt_rank,
@@ -66,12 +70,12 @@ from ._criteria import (
 )
 
 #: Columns ``rank_configs`` adds (besides the classification ones): why each row's rank is what it is.
-#: ``fp32_contains``: the rank of a stable configuration above whose FP32 part this row's contains (0: none).
-RANK_COLUMNS = ("phrase", "decided_by", "tied_on", "tied_with_above", "fp32_contains")
+#: ``rank_reason``: the :class:`RankReason` (``analysis.wording._labels`` words it as ``phrase`` and ``rule``);
+#: ``tied_on``: the criterion names of its ``tied_on``; ``fp32_contains``: the rank of a stable configuration
+#: above whose FP32 part this row's contains (0: none); ``description``: what the row is, in one sentence.
+RANK_COLUMNS = ("rank_reason", "description", "decided_by", "tied_on", "tied_with_above", "fp32_contains")
 #: the criterion whose comparison is the FP32 part's size (its ``decided_by`` value)
 FP32_PART = BY_NAME["n_black_listed"]
-#: decided_by values that order configurations tied on every score
-_AFTER_SCORES = ("n_black_listed", "loss_inside", "loss_scaling", "config_id")
 
 
 def runs(row: Mapping[str, Any]) -> str:
@@ -326,7 +330,7 @@ def rank_configs(
     """
     ctx = ctx or RankContext()
     if configs.empty:
-        return configs.assign(rank=[], rule=[], stability=[], recommended=[], phrase=[], label=[])
+        return configs.assign(rank=[], stability=[], recommended=[], rank_reason=[], description=[], label=[])
     frame, paths = ordered(hide_broken_scores(_classify(configs, reference)), ctx)
     frame["rank"] = np.arange(1, len(frame) + 1)
     any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
@@ -334,26 +338,13 @@ def rank_configs(
     if any_stable_mp:
         frame.loc[int(np.flatnonzero(frame["tier"] == cls.TIER_STABLE)[0]), "recommended"] = True
     records = frame.to_dict("records")
-    reasons = [FIRST]
-    holders = [0]
-    for i in range(1, len(records)):
-        reason, holder = _fp32_reason(records, paths, i, ctx)
-        reasons.append(reason)
-        holders.append(holder)
-    frame["phrase"] = [r.phrase for r in reasons]
+    reasons = [FIRST] + [_fp32_reason(records, paths, i, ctx) for i in range(1, len(records))]
+    frame["rank_reason"] = reasons
+    frame["description"] = [description(r, any_stable_mp) for r in records]
     frame["decided_by"] = [r.decided_by for r in reasons]
-    frame["tied_on"] = [", ".join(r.tied_on) for r in reasons]
+    frame["tied_on"] = [tuple(c.criterion for c in r.tied_on) for r in reasons]
     frame["tied_with_above"] = [r.tied_with_above for r in reasons]
-    frame["fp32_contains"] = holders
-    rules = []
-    for record, reason in zip(records, reasons):
-        text = description(record, any_stable_mp)
-        if reason is FIRST:
-            rank_text = "ranked first" + (" (recommended)" if record["recommended"] else "")
-        else:
-            rank_text = reason.phrase
-        rules.append(f"{text}; {rank_text}")
-    frame["rule"] = rules
+    frame["fp32_contains"] = [0 if r.contains is None else r.contains.rank for r in reasons]
     return frame
 
 
@@ -362,53 +353,25 @@ def _size_text(row: Mapping[str, Any]) -> str:
     return "-" if params is None else f"{params:,.0f}"
 
 
-def _containment_text(row: Mapping[str, Any], inner: Mapping[str, Any], rank: int) -> str:
-    """'keeps more in FP32 than #1 (TransformerEncoderLayer contains MultiheadAttention: 8,544 vs 4,224 parameters
-    in FP32)'."""
-    mine = ", ".join(row["black_list"]) or "nothing"
-    theirs = ", ".join(inner["black_list"]) or "nothing"
-    sizes = ""
-    if _params(row) is not None and _params(inner) is not None:
-        sizes = f": {_size_text(row)} vs {_size_text(inner)} parameters in FP32"
-    return f"keeps more in FP32 than #{rank} ({mine} contains {theirs}{sizes})"
-
-
-def _fp32_reason(
-    records: list[dict[str, Any]], paths: list[tuple], i: int, ctx: RankContext
-) -> tuple[RankReason, int]:
-    """Why row ``i`` is below row ``i - 1``, with the FP32 part in its words; and the rank it contains (0: none).
-
-    :func:`rank_reason` compares the sort keys; where the FP32-part entry
-    decided, its words would say "FP32 classes", so they become the part's
-    size, or the containment. A row that containment put below a row it is
-    ahead of on the keys (module docstring) says only that.
-    """
+def _fp32_reason(records: list[dict[str, Any]], paths: list[tuple], i: int, ctx: RankContext) -> RankReason:
+    """Why row ``i`` is below row ``i - 1``, its FP32 part compared by size, and the stable row above whose
+    FP32 part it contains (module docstring), if any."""
     row, above = records[i], records[i - 1]
+    reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
+    if reason.decided_by == FP32_PART.name and _params(row) is not None:
+        size = Comparison(FP32_PART.name, _size_text(row), _size_text(above), unit="parameters")
+        reason = replace(reason, decided=size)
     inner = next((k for k in range(i) if contains(row, records[k])), None)
     if inner is None:
-        reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
-        if reason.decided_by != FP32_PART.name or _params(row) is None:
-            return reason, 0
-        classes = f"{FP32_PART.label}: {FP32_PART.show(row)} vs {FP32_PART.show(above)}"
-        size = f"FP32 part: {_size_text(row)} vs {_size_text(above)} parameters"
-        return _rephrased(reason, FP32_PART.name, reason.phrase.replace(classes, size)), 0
-    contained = _containment_text(row, records[inner], inner + 1)
+        return reason
+    sizes = None
+    if _params(row) is not None and _params(records[inner]) is not None:
+        sizes = (_size_text(row), _size_text(records[inner]))
+    held = Containment(inner + 1, tuple(row["black_list"]), tuple(records[inner]["black_list"]), sizes)
     if paths[i] < paths[i - 1]:  # ahead on the keys, below by containment
-        phrase = f"below #{inner + 1} whatever the scores: {contained}"
-        return RankReason(FP32_PART.name, (), False, phrase), inner + 1
-    reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
-    if reason.decided_by not in _AFTER_SCORES:  # a score decided: say the containment too
-        return _rephrased(reason, reason.decided_by, f"{reason.phrase}; it also {contained}"), inner + 1
-    # tied with the row above on every score: the containment is why it is below
-    head = reason.phrase.split("; below it on ")[0].split("; ordered by name")[0].split("; speed vs FP32")[0]
-    head = "" if head.startswith("below #") else head.replace("on every criterion", "on every score")
-    tail = [p for p in reason.phrase.split("; ") if p.endswith("(measured on CPU: shown, never decides)")]
-    phrase = "; ".join([f"{head}; below it: {contained}" if head else f"below #{i}: {contained}", *tail])
-    return _rephrased(reason, FP32_PART.name, phrase), inner + 1
-
-
-def _rephrased(reason: RankReason, decided_by: str, phrase: str) -> RankReason:
-    return RankReason(decided_by, reason.tied_on, reason.tied_with_above, phrase)
+        return RankReason(FP32_PART.name, i, contains=held, by_containment=True)
+    decided_by = reason.decided_by if reason.decided_by not in AFTER_SCORES else FP32_PART.name
+    return replace(reason, decided_by=decided_by, contains=held)
 
 
 def seed_picks(candidates: pd.DataFrame, ctx: RankContext) -> list[dict[str, Any]]:

@@ -65,4 +65,5 @@ def ranking_csv(ranking: pd.DataFrame) -> str:
     """The ranking as CSV text with a fixed column order."""
     table = ranking.reindex(columns=list(RANKING_COLUMNS))
     table["black_list"] = [black_list_value(b) if isinstance(b, tuple) else b for b in table["black_list"]]
+    table["tied_on"] = [", ".join(t) if isinstance(t, tuple) else t for t in table["tied_on"]]
     return table.to_csv(index=False, lineterminator="\n")

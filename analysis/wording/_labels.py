@@ -27,11 +27,73 @@ import pandas as pd
 
 from ..compute import _classes as cls
 from ..compute._anomalies import localizations_phrase
+from ..compute._criteria import Comparison, Containment, RankReason
 
 Row = Mapping[str, Any]
 
 #: Columns :func:`label_columns` adds to a ranking (its ``label`` is the ranking's own).
-LABEL_COLUMNS = ("outcome_text", "broke_at", "reason", "localized")
+LABEL_COLUMNS = ("outcome_text", "broke_at", "reason", "localized", "phrase", "rule")
+#: words of a score measured but never deciding
+_SHOWN = "(measured on CPU: shown, never decides)"
+
+
+def _values(c: Comparison) -> str:
+    """'82 vs 96', '9,000 vs 3,000 parameters'."""
+    return f"{c.mine} vs {c.theirs}" + (f" {c.unit}" if c.unit else "")
+
+
+def _tied(c: Comparison) -> str:
+    """'steps to target (82 vs 96, seeds 70-190 vs 65-101)'."""
+    seeds = f", seeds {c.seeds[0]} vs {c.seeds[1]}" if c.seeds else ""
+    return f"{c.label} ({_values(c)}{seeds})"
+
+
+def _decided(c: Comparison) -> str:
+    """'steps to target: 121 vs 61 (seeds 120-122 vs 60-62)'."""
+    seeds = f" (seeds {c.seeds[0]} vs {c.seeds[1]})" if c.seeds else ""
+    return f"{c.label}: {_values(c)}{seeds}"
+
+
+def _contained(c: Containment) -> str:
+    """'keeps more in FP32 than #1 (TransformerEncoderLayer contains MultiheadAttention: 8,544 vs 4,224
+    parameters in FP32)'."""
+    sizes = f": {c.sizes[0]} vs {c.sizes[1]} parameters in FP32" if c.sizes else ""
+    mine, theirs = ", ".join(c.mine) or "nothing", ", ".join(c.theirs) or "nothing"
+    return f"keeps more in FP32 than #{c.rank} ({mine} contains {theirs}{sizes})"
+
+
+def phrase(reason: RankReason) -> str:
+    """Why a row ranks below the one above it, in words: 'tied with #1 on final loss (...); below it on ...'."""
+    if not reason.decided_by:
+        return "ranked first"
+    if reason.by_containment and reason.contains is not None:
+        return f"below #{reason.contains.rank} whatever the scores: {_contained(reason.contains)}"
+    head = [f"tied with #{reason.above} on " + " and ".join(_tied(c) for c in reason.tied_on)]
+    if not reason.tied_on:
+        head = [f"tied with #{reason.above} on every score"] if reason.tied_with_above else []
+    shown = [f"{c.label} {_values(c)} {_SHOWN}" for c in reason.shown]
+    if reason.contains is not None and reason.tied_with_above:  # tied on every score: the containment decides
+        where = "below it" if head else f"below #{reason.above}"
+        return "; ".join([*head, f"{where}: {_contained(reason.contains)}", *shown])
+    if reason.decided_by == "config_id":
+        parts = [
+            *(head if reason.tied_on else []),
+            f"tied with #{reason.above} on every criterion; ordered by name",
+        ]
+    else:
+        where = "below it" if head else f"below #{reason.above}"
+        parts = [*head, f"{where} on {_decided(reason.decided)}" if reason.decided else where]
+    if reason.contains is not None:
+        parts[-1] += f"; it also {_contained(reason.contains)}"
+    return "; ".join([*parts, *shown])
+
+
+def rule(row: Row) -> str:
+    """What the row is and why it has its rank: the ``rule`` column."""
+    reason = row["rank_reason"]
+    if not reason.decided_by:
+        return f"{row['description']}; ranked first" + (" (recommended)" if row["recommended"] else "")
+    return f"{row['description']}; {phrase(reason)}"
 
 
 def step_text(step: float) -> str:
@@ -108,7 +170,7 @@ def reason(row: Row) -> str:
         return "ranked first"
     if decided == "clip_class":
         return _CLIP_SHORT.get(int(row["clip_class"]), "clipping")
-    words = _DECIDED.get(decided, decided.replace("_", " "))
+    words = _DECIDED[decided]
     if decided == "n_black_listed" and int(row.get("fp32_contains") or 0):
         # its FP32 part contains a stable configuration's above it (``analysis.compute._rank``)
         words = f"more in FP32 than #{int(row['fp32_contains'])}"
@@ -131,4 +193,6 @@ def label_columns(ranking: pd.DataFrame) -> pd.DataFrame:
         broke_at=[broke_at(r) for r in records],
         reason=[reason(r) for r in records],
         localized=[_localized(r.get("localizations")) for r in records],
+        phrase=[phrase(r["rank_reason"]) for r in records],
+        rule=[rule(r) for r in records],
     )

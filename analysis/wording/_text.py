@@ -52,9 +52,7 @@ def ranking_table(ranking: pd.DataFrame) -> Table:
     for r in ranking.to_dict("records"):
         flag = " (recommended)" if r["recommended"] else (" (FP32 baseline)" if r["baseline"] else "")
         tied = f" (= #{int(r['rank']) - 1})" if r.get("tied_with_above") else ""
-        what = str(r["rule"])
-        if what.endswith(str(r["phrase"])):
-            what = what[: -len(str(r["phrase"]))].rstrip("; ")
+        what = str(r["description"])
         if r.get("broke_at"):
             to_target, final = str(r["broke_at"]), "-"
         else:
