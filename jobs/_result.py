@@ -18,7 +18,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TR
 
 from ._config import TrialConfig
 from ._placement import Placement
-from .training._amp import Fp32Part, fp32_cells_mechanism, recorded_fp32_part
+from .training._amp import Fp32Part, fp32_cells_mechanism
 
 
 def _empty(schema: pa.Schema) -> pa.Table:
@@ -56,15 +56,9 @@ class TrialResult:
     #: for a copy: the trial whose rows it took, and why that is exact (``COPY_REASONS``)
     copied_from: str | None = None
     copy_reason: str | None = None
-    #: what the black list kept in FP32 (``fp32_params``, ``fp32_cell_paths``); None: never cast
+    #: what the black list kept in FP32 (``fp32_params``, ``fp32_cell_paths``), as the trial's graph
+    #: was cast (``CompiledStep.fp32_part``); a copy keeps its source's; None: never cast
     fp32_part: Fp32Part | None = None
-
-    def __post_init__(self) -> None:
-        # The trainer builds a result without it: the cast of this trial's graph in this
-        # process recorded it (``cast_for_trial``). A copy keeps its source's: a copy
-        # computes exactly what its source did, FP32 part included.
-        if self.fp32_part is None:
-            self.fp32_part = recorded_fp32_part(self.config.graph_id)
 
     @property
     def trial_id(self) -> str:
@@ -85,7 +79,7 @@ class TrialResult:
         """A trial that raised, or that no worker could finish (``error`` is one line).
 
         ``outcome`` ``not_applicable``: the cast could not keep a listed class in
-        FP32 (``BlackListNotApplicable``), so the configuration was never tried,
+        FP32 (``ampsweep.amp.NotKeptInFloat32``), so the configuration was never tried,
         which is neither a failure nor a sign of instability; its one line is
         the reason, with no traceback.
         """

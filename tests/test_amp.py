@@ -99,10 +99,9 @@ def test_o2_black_list_extends_mindspore_default():
 
     net, block = _norm_net()
     apply_amp(net, "O2", [block], "float16")
-    # the default list is still O2's: LayerNorm kept in float32 and wrapped to hand on float16
+    # the default list is still O2's: LayerNorm kept in float32, handing on float16; nothing wraps it
     assert nn.LayerNorm in amp.get_black_list()
-    assert type(net.norm).__name__ == "_OutputTo16" and isinstance(net.norm._backbone, nn.LayerNorm)
-    assert net.norm._backbone.get_mixed_precision_type().name == "FP32"
+    assert type(net.norm) is nn.LayerNorm and net.norm.get_mixed_precision_type().name == "FP32"
     # the listed class computes in float32, the rest in float16
     assert net.block.get_mixed_precision_type().name == "FP32"
     assert net.block.fc.get_mixed_precision_type().name == "FP32"

@@ -1,10 +1,10 @@
 """A black list keeps every kind of Cell in float32 (issue 41).
 
-``amp.custom_mixed_precision(black_list=...)`` wraps each listed Cell in
-``_OutputTo16``, which broke on a Cell that returns a tuple or a dict and on a
-Cell whose parent reads its attributes. ``apply_amp`` now casts with the
-level's own API and calls ``to_float(float32)`` on each listed instance
-(``jobs.training._amp.keep_in_float32``). Each kind of Cell below builds,
+``amp.custom_mixed_precision(black_list=...)`` wraps each listed Cell, which
+broke on a Cell that returns a tuple or a dict and on a Cell whose parent reads
+its attributes. ``apply_amp`` casts with ``ampsweep.amp.keep_in_float32``,
+which wraps nothing: ``to_float(float32)`` on each listed instance and a
+forward hook that hands its output back. Each kind of Cell below builds,
 trains a few steps under O2 and computes in float32 while the rest computes in
 float16.
 """
@@ -22,11 +22,10 @@ pytest.importorskip("mindspore")
 import mindspore as ms  # noqa: E402
 from mindspore import Parameter, Tensor, nn, ops  # noqa: E402
 
+from ampsweep.amp import listed_cells  # noqa: E402
 from ampsweep.jobs.training._amp import (  # noqa: E402
     FP32_CELLS_MECHANISM,
-    OUTPUT_TO_16,
     apply_amp,
-    keep_in_float32,
     known_layer_types,
     resolve_black_list,
 )
@@ -211,9 +210,9 @@ def test_each_kind_of_listed_cell_trains_in_float32_under_o2(kind: str, pynative
             lambda _c, _a, out, n=name: seen.setdefault(n, []).append(_first_float_dtype(out))
         )
     cast = _cast(net, "O2", names)
-    cells = dict(net.cells_and_names())
-    for name in fp32 + fp16:  # the instance itself: no wrapper stands between the parent and a listed Cell
-        assert type(cells[name]).__name__ != OUTPUT_TO_16
+    after = dict(net.cells_and_names())
+    assert after.keys() == cells.keys()  # nothing stands between the parent and a listed Cell
+    assert all(after[name] is cells[name] for name in fp32 + fp16)
     losses = _train(cast, net, steps=3)
     assert np.isfinite(losses).all(), losses
     for name in fp32:
@@ -251,15 +250,18 @@ def test_float16_attention_overflow_trains_finite_with_multihead_attention_liste
     assert np.isfinite(losses).all(), losses
 
 
-def test_o2_default_black_list_is_kept_outside_and_unwrapped_inside_a_listed_cell(pynative: None) -> None:
-    """LayerNorm keeps O2's own wrapper (existing results do not move) unless a listed Cell encloses it."""
+def test_o2_default_black_list_hands_on_float16_outside_a_listed_cell_and_float32_inside(
+    pynative: None,
+) -> None:
+    """LayerNorm computes in float32 under O2, as MindSpore's own list has it, with no wrapper around it."""
     plain = EncoderNet()
     _cast(plain, "O2", ("Dense",))
-    assert type(plain.encoder.norm1).__name__ == OUTPUT_TO_16
+    assert type(plain.encoder.norm1) is nn.LayerNorm
+    assert plain.encoder.norm1.get_mixed_precision_type().name == "FP32"
+    assert plain.encoder.norm1(_cast_input(plain)).dtype == ms.float16  # handed back, as O2 does
 
     listed = EncoderNet()
     _cast(listed, "O2", ("TransformerEncoderLayer",))
-    assert isinstance(listed.encoder.norm1, nn.LayerNorm) and isinstance(listed.encoder.norm2, nn.LayerNorm)
     # post-norm: norm2 is the encoder's last Cell; inside the listed encoder its output stays float32
     out = listed.encoder.norm2(listed.encoder.norm1(_cast_input(listed)))
     assert out.dtype == ms.float32
@@ -271,11 +273,11 @@ def _cast_input(net: EncoderNet) -> Tensor:
     return net.embed(_batch(net, 0)[0])
 
 
-def test_keep_in_float32_counts_instances_and_subclasses_and_nothing_when_empty() -> None:
+def test_a_black_list_selects_instances_and_subclasses_and_nothing_when_empty() -> None:
     net = KindsNet()
-    assert keep_in_float32(net, []) == 0
-    assert net.norm.get_mixed_precision_type().name == "NOTSET"
-    assert keep_in_float32(net, [BaseNorm, SharedCell]) == 2  # SubNorm counts; the shared instance once
+    assert listed_cells(net, []) == []
+    # SubNorm counts (a subclass of BaseNorm); the shared instance once
+    assert [name for name, _ in listed_cells(net, [BaseNorm, SharedCell])] == ["shared", "norm"]
     assert FP32_CELLS_MECHANISM == "to_float"
 
 

@@ -134,15 +134,51 @@ def test_pasted_code_trains_with_multihead_attention_in_float32(form: str, tmp_p
 
 @pytest.mark.parametrize("black_list", [("MultiheadAttention",), ("TransformerEncoderLayer",)])
 def test_pasted_code_casts_as_the_sweep_did(black_list: tuple[str, ...], tmp_path: Path) -> None:
-    """Cell by Cell, the same class and precision as ``apply_amp``'s cast, O2's LayerNorm wrapper included.
+    """Cell by Cell, the same class and precision as ``apply_amp``'s cast; nothing is wrapped.
 
     ``TransformerEncoderLayer`` holds two LayerNorms (O2's default black list):
-    inside it the sweep puts the real LayerNorm back, and so does the code.
+    float32 inside it or not, handing on float16 only outside a listed Cell.
     """
     sweep = Classifier()
     apply_amp(sweep, "O2", resolve_black_list(black_list, known_layer_types([sweep])), "float16")
     pasted = Classifier()
     _paste(analysis.snippets(_recommendation(black_list))["train_step"], tmp_path / "pasted.py", pasted)
     assert _precision(pasted) == _precision(sweep)
-    norm = type(dict(pasted.cells_and_names())["encoder.norm1"]).__name__
-    assert norm == ("LayerNorm" if black_list == ("TransformerEncoderLayer",) else "_OutputTo16")
+    assert _precision(pasted)["encoder.norm1"] == ("LayerNorm", "FP32")
+
+
+def _pasted_keep_in_float32(path: Path) -> Any:
+    """The report's ``keep_in_float32``, pasted into a module of its own (``ms.jit`` reads its source)."""
+    from ampsweep.analysis.wording._code import _HEADER, KEEP_IN_FLOAT32
+
+    code = "\n".join([*_HEADER, "", *KEEP_IN_FLOAT32, ""])
+    path.write_text(code)
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    sys.modules[path.stem] = module
+    exec(compile(code, str(path), "exec"), module.__dict__)
+    return module.keep_in_float32
+
+
+@pytest.mark.parametrize("level", ["O1", "O2", "O3"])
+def test_the_pasted_function_computes_what_the_imported_one_computes(level: str, tmp_path: Path) -> None:
+    """Pasted or ``from ampsweep.amp import keep_in_float32``: the same steps, bit for bit, both run here."""
+    from ampsweep.amp import keep_in_float32
+    from tests.test_keep_in_float32 import Block, HandSoftmax, _same, _train
+
+    pasted = _pasted_keep_in_float32(tmp_path / f"pasted_keep_{level}.py")
+    try:
+        classes = (HandSoftmax,) if level == "O1" else (HandSoftmax, Block)
+        _same(
+            _train(lambda n: pasted(n, classes, level)), _train(lambda n: keep_in_float32(n, classes, level))
+        )
+    finally:
+        del sys.modules[f"pasted_keep_{level}"]
+
+
+def test_the_report_shows_both_ways_with_public_names_only() -> None:
+    import re
+
+    for form, code in analysis.snippets(_recommendation(("MultiheadAttention",))).items():
+        assert "from ampsweep.amp import keep_in_float32" in code and "def keep_in_float32(" in code, form
+        assert not re.search(r"\._[A-Za-z]|_OutputTo|_backbone", code), form

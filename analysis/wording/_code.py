@@ -3,20 +3,18 @@
 The report's point is "what to change in the training script", so the
 recommendation is rendered as code for the two ways people train with
 MindSpore: a hand-written ``train_step`` (functional ``value_and_grad``) and
-``mindspore.train.Model``. Only MindSpore 2.10 APIs are used
-(``amp.auto_mixed_precision``, ``Cell.to_float``,
-``amp.StaticLossScaler``/``DynamicLossScaler``, ``amp.all_finite``,
-``nn.TrainOneStepCell``); nothing here imports MindSpore, the text is
+``mindspore.train.Model``. Only MindSpore's public APIs are used
+(``amp.auto_mixed_precision``, ``amp.get_black_list``, ``Cell.to_float``,
+``Cell.register_forward_hook``, ``amp.StaticLossScaler``/``DynamicLossScaler``,
+``amp.all_finite``, ``nn.TrainOneStepCell``); nothing here imports MindSpore, the text is
 generated from the Parquet values alone.
 
 Both snippets do what the sweep's trainer did, so the numbers in the report
 hold for them:
 
-* the cast is ``jobs.training._amp.apply_amp``'s, written out:
-  ``amp.auto_mixed_precision`` at the level, then ``cell.to_float(float32)``
-  on every instance of a black-listed class (subclasses too), after the cast
-  under O2/O3 and before it under O1; under O2 a LayerNorm/BatchNorm inside
-  such a Cell loses O2's cast-back-to-float16 wrapper, as in the sweep;
+* the cast is ``jobs.training._amp.apply_amp``'s: ``ampsweep.amp.keep_in_float32``,
+  imported or pasted (public MindSpore API only), or ``amp.auto_mixed_precision``
+  where nothing is listed, which computes the same bit for bit;
 * the cast matches the trials' ``loss_placement``: ``outside`` casts the
   network alone, so the loss runs in float32 on its (float32) output, as
   ``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do;
@@ -69,50 +67,53 @@ def _model_note(amp_level: str) -> tuple[str, ...]:
     return () if amp_level == FP32_LEVEL else MODEL_AMP_LEVEL_NOTE
 
 
-def _keep_function(amp_level: str) -> list[str]:
-    """``keep_in_float32`` as the snippet defines it: ``jobs.training._amp.keep_in_float32``, as text."""
-    lines = [
-        "def keep_in_float32(net, classes, back_to=None):",
-        '    """Make every instance of `classes` (subclasses too) compute in float32, as the sweep did."""',
-        "    kept = [(name, cell) for name, cell in net.cells_and_names() if isinstance(cell, classes)]",
-        "    for _, cell in kept:",
-        "        cell.to_float(mstype.float32)",
-    ]
-    if amp_level == "O2":
-        lines += [
-            "        # O2 wraps each LayerNorm/BatchNorm to cast its output back to float16: inside a",
-            "        # layer kept in float32, the sweep put the real LayerNorm/BatchNorm back",
-            "        for _, inner in list(cell.cells_and_names()):",
-            "            for name, child in list(inner.name_cells().items()):",
-            '                if type(child).__name__ == "_OutputTo16":',
-            "                    inner.insert_child_to_cell(name, child._backbone)",
-            "                    if isinstance(inner, nn.SequentialCell):",
-            "                        inner.cell_list = list(inner.cells())",
-        ]
-    if amp_level != "O1":
-        lines += [
-            "    # as MindSpore's own black list: each outermost kept Cell hands its parent back_to again",
-            "    for name, cell in kept:",
-            '        if back_to is not None and not any(name.startswith(f"{other}.") for other, _ in kept if other):',
-            "            cell.register_forward_hook(output_back_to(back_to))",
-            "",
-            "",
-            "def output_back_to(dtype):",
-            "    def back(value):",
-            "        return value.astype(dtype) if isinstance(value, ms.Tensor) and value.dtype == mstype.float32 else value",
-            "",
-            "    def cast_back(cell, inputs, output):",
-            "        if isinstance(output, tuple):",
-            "            return tuple([back(v) for v in output])",
-            "        if isinstance(output, list):",
-            "            return [back(v) for v in output]",
-            "        if isinstance(output, dict):",
-            "            return {k: back(v) for k, v in output.items()}",
-            "        return back(output)",
-            "",
-            "    return cast_back",
-        ]
-    return lines
+#: ``ampsweep.amp.keep_in_float32`` as the snippet pastes it: the same steps, without the
+#: docstring and the error naming a Cell that refuses float32 (``tests/test_pasted_code.py``
+#: checks that both compute the same, bit for bit)
+KEEP_IN_FLOAT32 = (
+    "# keep_in_float32: `from ampsweep.amp import keep_in_float32` (pip install ampsweep), or paste it.",
+    "# MindSpore's public API only; under O2/O3 it replaces amp.auto_mixed_precision, which computes the",
+    "# same wherever it works, but wraps listed Cells (tuple outputs and attribute reads break).",
+    'def keep_in_float32(network, classes, amp_level="O2", dtype=mstype.float16):',
+    '    """Cast `network` for `amp_level` with every instance of `classes` (subclasses too) in float32."""',
+    '    if amp_level == "O0":',
+    "        return network",
+    '    classes = tuple(classes) + (tuple(amp.get_black_list()) if amp_level == "O2" else ())',
+    '    if amp_level != "O1":',
+    "        network.to_float(dtype)",
+    "    kept = [(name, cell) for name, cell in network.cells_and_names() if isinstance(cell, classes)]",
+    "    names = [name for name, _ in kept]",
+    "    for name, cell in kept:",
+    "        cell.to_float(mstype.float32)",
+    '        outer = not any(o != name and (o == "" or name.startswith(o + ".")) for o in names)',
+    '        if name and outer and amp_level != "O1":  # hand the parent its output in dtype, as AMP does',
+    "            cell.register_forward_hook(outputs_to(dtype))",
+    '    if amp_level == "O1":  # its rewrite leaves a Cell whose precision was set as it is',
+    '        return amp.auto_mixed_precision(network, "O1", dtype=dtype)',
+    "    network.register_forward_hook(outputs_to(mstype.float32))",
+    "    return network",
+    "",
+    "",
+    "def outputs_to(dtype):",
+    '    """A forward hook: the Cell hands on its floating outputs (also in a tuple, list or dict) in `dtype`."""',
+    "    floats = (mstype.float16, mstype.bfloat16, mstype.float32, mstype.float64)",
+    "",
+    "    def cast(value):",
+    "        if isinstance(value, ms.Tensor) and value.dtype in floats and value.dtype != dtype:",
+    "            return value.astype(dtype)",
+    "        return value",
+    "",
+    "    def hook(cell, inputs, output):",
+    "        if isinstance(output, tuple):",
+    "            return tuple([cast(v) for v in output])",
+    "        if isinstance(output, list):",
+    "            return [cast(v) for v in output]",
+    "        if isinstance(output, dict):",
+    "            return {k: cast(v) for k, v in output.items()}",
+    "        return cast(output)",
+    "",
+    "    return hook",
+)
 
 
 def _amp_lines(
@@ -120,32 +121,27 @@ def _amp_lines(
 ) -> list[str]:
     """Cast ``cell`` exactly as ``jobs.training._amp.apply_amp`` did in the sweep.
 
-    ``amp.auto_mixed_precision`` at the level, then ``to_float(float32)`` on
-    every instance of a listed class: after the cast under O2/O3, before it
-    under O1 (whose rewrite replaces the Cells by copies and leaves one whose
-    precision is set alone). Under O2 a LayerNorm/BatchNorm inside a listed
-    Cell is unwrapped (``keep_in_float32``); elsewhere O2 keeps its own wrapper.
+    Without a black list, ``amp.auto_mixed_precision`` at the level (what
+    ``keep_in_float32`` computes then, bit for bit); with one,
+    ``keep_in_float32`` (:data:`KEEP_IN_FLOAT32`).
     """
     ms_dtype = f"mstype.{dtype or 'float16'}"
     if amp_level == FP32_LEVEL:
         return ["# AMP level O0: nothing is cast, the network trains in float32"]
-    cast = f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})'
     if not black_list:
-        return [cast]
+        return [f'{cell} = amp.auto_mixed_precision({cell}, "{amp_level}", dtype={ms_dtype})']
     names = ", ".join(black_list)
-    keep = f"keep_in_float32({cell}, ({names}{',' if len(black_list) == 1 else ''}))"
-    lines = [f"# {names}: kept in float32 by the sweep (your classes, or import them from mindspore.nn)"]
-    if amp_level == "O1":
-        return [*lines, f"{keep}  # before the cast: O1's rewrite leaves these Cells uncast", cast]
-    keep = keep[:-1] + f", back_to={ms_dtype})"
-    return [*lines, cast, f"{keep}  # after the cast"]
+    return [
+        f"# {names}: kept in float32 by the sweep (your classes, or import them from mindspore.nn)",
+        f'{cell} = keep_in_float32({cell}, ({names}{"," if len(black_list) == 1 else ""}), "{amp_level}", {ms_dtype})',
+    ]
 
 
 def _preamble(amp_level: str, black_list: tuple[str, ...], model: bool = False) -> list[str]:
     """The imports, and ``keep_in_float32`` where a black list is applied."""
     lines = [*_HEADER, *(["from mindspore.train import Model"] if model else []), ""]
     if black_list and amp_level != FP32_LEVEL:
-        lines += ["", *_keep_function(amp_level), "", ""]
+        lines += ["", *KEEP_IN_FLOAT32, "", ""]
     return lines
 
 
@@ -328,11 +324,6 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
         "model.train(epochs, dataset)",
     ]
     return "\n".join(lines)
-
-
-def mindspore_snippet(row: Mapping[str, Any] | pd.Series) -> str:
-    """The hand-written training step; kept as the short name used by the report."""
-    return train_step_snippet(row)
 
 
 def snippets(row: Mapping[str, Any] | pd.Series) -> dict[str, str]:

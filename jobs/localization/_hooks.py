@@ -15,14 +15,10 @@ MindSpore facts this relies on (2.10, checked on CPU):
   needs no gradient, e.g. the raw data into the first layer or an integer
   label), ``grad_output`` the gradient arriving at its output. Inner Cells
   fire in reverse execution order; the enclosing containers fire afterwards.
-- AMP wraps Cells: ``auto_mixed_precision`` puts an ``_OutputTo32`` around the
-  whole cast cell (O2/O3) and, under O2, an ``_OutputTo16`` around every Cell of
-  MindSpore's default black list (BatchNorm, LayerNorm), whose real Cell becomes
-  its ``_backbone``. A class on the trial's own black list is not wrapped: it is
-  kept in float32 with ``to_float`` (``jobs.training._amp.keep_in_float32``), so
-  it reports its float32 output as is. Hooks go on the real Cells only, so a
-  wrapped Cell too reports the dtype it really computed in (float32), not the
-  float16 its wrapper hands on.
+- The cast (``ampsweep.amp.keep_in_float32``) wraps no Cell: every Cell is the
+  user's own, at the user's path. A Cell kept in float32 hands its parent its
+  output in the level's dtype through a forward hook registered before these,
+  so it reports the dtype its parent receives.
 """
 
 from __future__ import annotations
@@ -35,26 +31,16 @@ import numpy as np
 
 from ampsweep.contracts import saturated
 
-#: AMP's wrapper Cells (the root's ``_OutputTo32``, O2's ``_OutputTo16`` around a default-black-list
-#: Cell): not the user's layers, and they would double-report.
-_WRAPPER_PREFIX = "_OutputTo"
-
 
 def display_name(qualified: str) -> str | None:
-    """The name a user knows a Cell by, or ``None`` for wrappers.
+    """The name a user knows a Cell by: ``network.norm1`` reads ``norm1``; ``None`` for ``NetworkWithLoss``.
 
-    ``_backbone`` segments (AMP wrappers) are dropped and the ``network.``
-    prefix of ``NetworkWithLoss`` is stripped, so ``_backbone.network.norm1``
-    (or ``..._backbone.network.norm1._backbone`` for a LayerNorm that O2
-    wrapped) reads ``norm1``. The user's root network is ``network``, the loss ``loss_fn``;
+    The user's root network is ``network``, the loss ``loss_fn``;
     ``NetworkWithLoss`` itself (name ``""``) is not a layer and is skipped.
     """
-    parts = [p for p in qualified.split(".") if p and p != "_backbone"]
-    if not parts:
+    if not qualified:
         return None
-    if parts[0] == "network" and len(parts) > 1:
-        parts = parts[1:]
-    return ".".join(parts)
+    return qualified.removeprefix("network.")
 
 
 def float_arrays(value: Any) -> list[np.ndarray]:
@@ -136,7 +122,7 @@ class Event:
 
 @dataclass
 class CellProbe:
-    """Hooks on every real Cell of one cast loss cell; records only while ``active``.
+    """Hooks on every Cell of one cast loss cell; records only while ``active``.
 
     Hooks stay registered for the whole replay and return immediately while
     inactive, so training steps between checks cost one Python call per Cell.
@@ -156,9 +142,7 @@ class CellProbe:
     def attach(self, loss_cell: Any) -> CellProbe:
         for qualified, cell in loss_cell.cells_and_names():
             name = display_name(qualified)
-            if name is None or type(cell).__name__.startswith(_WRAPPER_PREFIX):
-                continue
-            if type(cell).__name__ == "NetworkWithLoss":
+            if name is None or type(cell).__name__ == "NetworkWithLoss":
                 continue
             self._handles.append(cell.register_forward_hook(self._forward_hook(name)))
             if self.backward:

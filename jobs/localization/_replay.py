@@ -62,7 +62,7 @@ class _Replay:
         from ..training._loss_cell import cast_for_trial
 
         workload = trial_workload(config, workload_ref)  # a forked trial's replay starts at its snapshot
-        self.loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
+        self.loss_cell, _ = cast_for_trial(workload.network, workload.loss_fn, config)
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
         self.params = self.optimizer.parameters
@@ -340,7 +340,7 @@ def _copy_weights(source: Any, target: Any) -> None:
     """Give the FP32 twin the policy network's current weights (PyNative: ``set_data`` is enough)."""
     import mindspore as ms
 
-    # by Parameter.name: AMP's wrappers add ``_backbone`` to the attribute path, not to the name
+    # by Parameter.name, which every level keeps (``jobs.training._amp._keep_names``)
     targets = {param.name: param for param in target.get_parameters()}
     for param in source.get_parameters():
         twin = targets[param.name]

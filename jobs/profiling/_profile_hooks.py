@@ -26,9 +26,6 @@ from ..localization._inside import INNER_OPS
 OVERFLOW_MARGIN = 2.0
 #: ``Tensor`` methods and operators watched like :data:`INNER_OPS` (``e.sum(-1)``, ``x * x``)
 TENSOR_METHODS = ("exp", "sum", "mean", "square", "pow", "matmul", "__mul__", "__matmul__", "__pow__")
-#: AMP's wrapper Cells (the root's ``_OutputTo32``, O2's ``_OutputTo16`` around a default-black-list
-#: Cell; a class on the trial's black list is not wrapped): skipped, their real Cell reports
-_WRAPPER_PREFIX = "_OutputTo"
 
 
 @dataclass(eq=False)
@@ -100,7 +97,7 @@ class Recorder:
         for qualified, cell in loss_cell.cells_and_names():
             name = display_name(qualified)
             kind = type(cell).__name__
-            if name is None or kind.startswith(_WRAPPER_PREFIX) or kind == "NetworkWithLoss":
+            if name is None or kind == "NetworkWithLoss":
                 continue
             profile = self.cells.setdefault(id(cell), CellProfile(name, kind))
             self.handles.append(cell.register_forward_pre_hook(self._enter(profile)))

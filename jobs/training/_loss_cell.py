@@ -10,6 +10,8 @@ from typing import Any
 
 from mindspore import nn
 
+from ._amp import Fp32Part
+
 
 class NetworkWithLoss(nn.Cell):
     """``(*inputs, label) -> loss``; ``auto_prefix=False`` keeps the user's parameter names."""
@@ -23,8 +25,8 @@ class NetworkWithLoss(nn.Cell):
         return self.loss_fn(self.network(*batch[:-1]), batch[-1])
 
 
-def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> NetworkWithLoss:
-    """``(*inputs, label) -> loss`` cast for the trial's AMP policy and ``loss_placement``.
+def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> tuple[NetworkWithLoss, Fp32Part]:
+    """``(*inputs, label) -> loss`` cast for the trial's AMP policy and ``loss_placement``, and its FP32 part.
 
     ``outside`` casts the network alone: AMP hands its output back in float32,
     so the loss runs in float32 on it — what ``Model(net, loss_fn, opt,
@@ -33,16 +35,16 @@ def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> NetworkWithLoss:
     network together with its loss, as when a ``WithLossCell`` is cast as a
     whole: the loss computes in low precision unless its class is black-listed.
 
-    Before the cast, what the black list keeps in FP32 (:func:`fp32_part`, on
-    the uncast Cells) is recorded under the trial's ``graph_id``, so each trial
-    of the graph reports it (``TrialResult.fp32_part``). A listed Cell that
-    cannot be kept in FP32 raises ``BlackListNotApplicable`` from the cast.
+    The FP32 part (:func:`fp32_part`: what the black list keeps in FP32, read
+    on the uncast Cells) goes back with the cell: the graph built on it holds
+    it, and each trial of the graph reports it (``TrialResult.fp32_part``). A
+    listed Cell that cannot be kept in FP32 raises
+    ``ampsweep.amp.NotKeptInFloat32`` from the cast.
     """
-    from ._amp import apply_amp, fp32_part, known_layer_types, record_fp32_part, resolve_black_list
+    from ._amp import apply_amp, fp32_part, known_layer_types, resolve_black_list
 
     black_list = resolve_black_list(config.black_list, known_layer_types([network, loss_fn]))
     part = fp32_part(network, loss_fn, config.amp_level, black_list, config.loss_placement)
-    record_fp32_part(config.graph_id, part)
     if config.loss_placement == "outside":
-        return NetworkWithLoss(apply_amp(network, config.amp_level, black_list, config.dtype), loss_fn)
-    return apply_amp(NetworkWithLoss(network, loss_fn), config.amp_level, black_list, config.dtype)
+        return NetworkWithLoss(apply_amp(network, config.amp_level, black_list, config.dtype), loss_fn), part
+    return apply_amp(NetworkWithLoss(network, loss_fn), config.amp_level, black_list, config.dtype), part

@@ -187,7 +187,8 @@ class CompiledStep:
 
         from ._loss_cell import cast_for_trial
 
-        loss_cell = cast_for_trial(workload.network, workload.loss_fn, config)
+        #: what the black list keeps in FP32: every trial of this graph reports it (``TrialResult``)
+        loss_cell, self.fp32_part = cast_for_trial(workload.network, workload.loss_fn, config)
         optimizer = workload.optimizer(workload.network.trainable_params())
         params = optimizer.parameters
         self.layer_names = [p.name for p in params]

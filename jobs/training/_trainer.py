@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from ampsweep.amp import NotKeptInFloat32
 from ampsweep.contracts import FP32_LEVEL, final_loss
 
 from .._config import TrialConfig
 from .._placement import Placement
 from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
-from ._amp import BlackListNotApplicable
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
 from ._snapshot import recall, snapshot_of, starting_from
@@ -331,7 +331,7 @@ def run_trial(
     except Exception as exc:  # a trial's failure must not stop the sweep
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
-        if isinstance(exc, BlackListNotApplicable):  # never tried: not a failure of mixed precision
+        if isinstance(exc, NotKeptInFloat32):  # never tried: not a failure of mixed precision
             return TrialResult.failure(
                 config,
                 str(exc),
@@ -362,6 +362,7 @@ def run_trial(
         steps=steps_table(config, metrics),
         layers=layers_table(config, metrics),
         snapshot=snapshot,
+        fp32_part=step.fp32_part,
     )
 
 

@@ -176,9 +176,9 @@ def detect_policy(network: Any, loss_scale: str = "none") -> Policy:
     """The AMP level a cast network runs under, read off its Cells.
 
     ``amp.auto_mixed_precision`` and ``Model(amp_level=...)`` mark the Cells
-    they cast: under O2 and O3 the root is float16 (or bfloat16); O2 wraps the
-    Cells of its black list (``LayerNorm``, ``BatchNorm``...) to run in float32,
-    O3 does not; O1 rewrites every Cell class into a ``...Opt`` copy and marks
+    they cast: under O2 and O3 the root is float16 (or bfloat16); O2 marks the
+    Cells of its black list (``LayerNorm``, ``BatchNorm``...) float32, O3 does
+    not; O1 rewrites every Cell class into a ``...Opt`` copy and marks
     nothing. A float16 network that has none of O2's black-listed Cells
     computes the same under O2 and O3: it is reported as O2.
     """
@@ -186,8 +186,7 @@ def detect_policy(network: Any, loss_scale: str = "none") -> Policy:
     cast = [mark for mark in marks.values() if mark in _DTYPES]
     if cast:
         dtype = _DTYPES[cast[0]]
-        kept = any(mark == "FP32" for mark in marks.values()) or "_OutputTo16" in marks
-        if kept:
+        if any(mark == "FP32" for mark in marks.values()):
             return Policy("O2", dtype, loss_scale)
         black = set(_o2_black_list())
         return Policy("O3" if black & set(marks) else "O2", dtype, loss_scale)
