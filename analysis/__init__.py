@@ -40,9 +40,8 @@ if TYPE_CHECKING:
     from ._public import Analysis, analyze, top_configs
     from ._writer import write_report
     from .compute._criteria import CRITERIA, TIE_RULE
-    from .compute._fp32_break import trial_verdicts
     from .compute._load import load_trials
-    from .compute._scores import trial_scores
+    from .compute._scores import trial_scores, trial_verdicts
     from .render._csv import RANKING_COLUMNS, ranking_csv
     from .render._html import render_html
     from .render._markdown import render_markdown
@@ -75,7 +74,7 @@ _OWNERS: dict[str, tuple[str, str]] = {
     "RECOMMENDATION_SCHEMA": (".render._recommendation", "SCHEMA"),
     "recommendation_json": (".render._recommendation", "recommendation_json"),
     "trial_scores": (".compute._scores", "trial_scores"),
-    "trial_verdicts": (".compute._fp32_break", "trial_verdicts"),
+    "trial_verdicts": (".compute._scores", "trial_verdicts"),
     "render_terminal": (".render._terminal", "render_terminal"),
     "terminal_table": (".render._terminal", "terminal_table"),
     "write_report": ("._writer", "write_report"),

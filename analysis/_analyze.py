@@ -24,11 +24,10 @@ from .compute._configs import config_scores
 from .compute._criteria import RankContext
 from .compute._evidence import kind_recommendation
 from .compute._figure_data import figure_data
-from .compute._fp32_break import judged_scores
 from .compute._horizon import held_to_of
 from .compute._load import inventory, load_trials, resolve, unreadable_trials
 from .compute._rank import rank_configs
-from .compute._scores import fp32_reference
+from .compute._scores import fp32_reference, trial_scores
 from .compute._side_files import read_horizon, read_profile, read_search
 from .wording._answer import answer_lines
 from .wording._code import recommendation_code
@@ -110,7 +109,7 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     inv.unreadable = unreadable
     horizon = read_horizon(sweep_dir)
     # judged against FP32 only up to where FP32 broke, on the seeds where it did (the search judges alike)
-    scores = judged_scores(sweep_dir, trials)
+    scores = trial_scores(sweep_dir, trials)
     ranked = scores[scores["ranked"]]
     anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
     kinds = [

@@ -36,6 +36,7 @@ from ampsweep.contracts import (
 )
 
 from .._model import Fp32Reference
+from ._fp32_break import BROKE_AT, cut_at_fp32_break
 from ._load import load_trials
 from ._steps import aggregate_steps
 
@@ -96,19 +97,38 @@ def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
     return pd.Series(out, index=trials.index, dtype="float64")
 
 
-def _fp32_spread(trials: pd.DataFrame, final: pd.Series, start: pd.Series) -> pd.Series:
-    """The FP32 seeds' seed noise per trial: how far their final losses lie apart, as a share
-    of FP32's median decrease, for the same workload and device kind (0 with fewer than two seeds)."""
-    ref = trials["reference"] & np.isfinite(final) & np.isfinite(start)
-    keys = [trials.loc[ref, "workload"], trials.loc[ref, "device_kind"]]
-    groups = pd.DataFrame({"final": final[ref], "start": start[ref]}).groupby(keys, dropna=False)
+def _fp32_spread(scores: pd.DataFrame, level: pd.Series, start: pd.Series) -> pd.Series:
+    """The FP32 seeds' seed noise per trial: how far their levels lie apart, as a share of FP32's median
+    decrease, for the same workload and device kind (0 with fewer than two seeds).
+
+    The seeds whose FP32 run broke are a group of their own (their level is the best they reached before
+    the break, :mod:`analysis.compute._fp32_break`): a run cut short is no sample of a whole run's noise.
+    """
+    cut = scores[BROKE_AT].notna()
+    ref = scores["reference"] & np.isfinite(level) & np.isfinite(start)
+    keys = [scores.loc[ref, "workload"], scores.loc[ref, "device_kind"], cut[ref]]
+    groups = pd.DataFrame({"final": level[ref], "start": start[ref]}).groupby(keys, dropna=False)
     spread: dict[object, float] = {}
     for key, group in groups:
         decrease = float(group["start"].median() - group["final"].median())
         if len(group) > 1 and decrease > 0:
             spread[key] = float(group["final"].max() - group["final"].min()) / decrease
-    out = [spread.get((w, k), 0.0) for w, k in zip(trials["workload"], trials["device_kind"])]
-    return pd.Series(out, index=trials.index, dtype="float64")
+    out = [spread.get(key, 0.0) for key in zip(scores["workload"], scores["device_kind"], cut)]
+    return pd.Series(out, index=scores.index, dtype="float64")
+
+
+def _own_seed(scores: pd.DataFrame, values: pd.Series, baseline: pd.Series) -> pd.Series:
+    """``baseline``, except on the seeds whose FP32 run broke: there, the median of that seed's own
+    FP32 runs over the steps before the break (another seed's whole run is no measure of them)."""
+    cut = scores[BROKE_AT].notna()
+    keys = ["workload", "device_kind", "seed"]
+    ref = scores["reference"] & cut & np.isfinite(values)
+    own = values[ref].groupby([scores.loc[ref, k] for k in keys], dropna=False).median().to_dict()
+    mine = [
+        own.get(tuple(row), np.nan) if c else np.nan
+        for row, c in zip(scores[keys].itertuples(index=False), cut)
+    ]
+    return pd.Series(mine, index=scores.index, dtype="float64").fillna(baseline.where(~cut))
 
 
 def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
@@ -136,8 +156,6 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     steps = aggregate_steps(sweep_dir, phase1)
     steps = steps.set_index("trial_id").reindex(trials["trial_id"]).reset_index(drop=True)
     baseline_final = _baseline_finals(trials, _final_loss(trials, steps))
-    baseline_start = _baseline_finals(trials, steps["start_loss_steps"])
-    spread = _fp32_spread(trials, _final_loss(trials, steps), steps["start_loss_steps"])
 
     derived = TARGET_FROM_FP32 * baseline_final
     target = given.where(given.notna(), derived)
@@ -166,11 +184,16 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     scores["speed_vs_fp32"] = _speed_vs_fp32(scores)
     scores["unstable"] = scores["outcome"].isin(UNSTABLE_OUTCOMES)
     scores["underflow"] = _underflow(scores, _baseline_finals(trials, _column(trials, "zero_fraction")))
-    scores["fp32_start"] = baseline_start
-    scores["fp32_spread"] = spread
-    verdicts = _verdicts(scores, baseline_final)
+    # where a seed's FP32 run broke, its trials are scored on their steps before the break (once, here)
+    scores, level = cut_at_fp32_break(sweep_dir, scores)
+    scores["fp32_start"] = _own_seed(
+        scores, scores["start_loss_steps"], _baseline_finals(trials, steps["start_loss_steps"])
+    )
+    scores["fp32_spread"] = _fp32_spread(scores, level, scores["start_loss_steps"])
+    verdicts = _verdicts(scores, _own_seed(scores, level, baseline_final))
     scores["verdict"] = [v.verdict.value for v in verdicts]
-    scores["verdict_reason"] = [v.reason for v in verdicts]
+    broke = [f" (before step {int(b):,}, where FP32 broke)" if pd.notna(b) else "" for b in scores[BROKE_AT]]
+    scores["verdict_reason"] = [f"{v.reason}{b}" if v.reason else "" for v, b in zip(verdicts, broke)]
     return scores
 
 
@@ -244,10 +267,10 @@ def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerd
 
 
 def trial_verdicts(sweep_dir: str | Path) -> dict[str, TrialVerdict]:
-    """The verdict of every committed trial of a sweep folder, by trial id.
+    """The verdict of every committed trial of a sweep folder, by trial id, as the report gives it.
 
-    What the adaptive search decides from: the same verdicts the ranking
-    and the report use.
+    What the adaptive search decides from: the same verdicts the ranking and
+    the report use, FP32's breaking step included.
     """
     scores = trial_scores(sweep_dir)
     return {
