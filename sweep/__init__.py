@@ -9,7 +9,7 @@ from ._api import Sweep
 from ._config import FailurePolicy, RunConfig
 from ._errors import SpecError
 from ._result import SweepResult
-from .cluster._launcher import start_ray
+from .cluster._ray_start import start_ray
 from .planning._grid import count_graphs, equivalents, expand_grid
 from .planning._plan import SweepPlan
 from .planning._spec import Grid, SweepSpec, parse_spec, read_spec

@@ -21,7 +21,11 @@ from ._api import Sweep
 from ._config import RunConfig
 from ._errors import OutOfSpace, SpecError, SweepStopped, is_out_of_space
 from ._result import SweepResult
+from .cluster._launcher import cluster_address
+from .cluster._ray_start import beside_local_start
 from .devices import DEVICE_KINDS
+from .planning._spec import read_spec
+from .planning._workload_check import resolve_workload
 
 if TYPE_CHECKING:
     from ampsweep.jobs import Profile
@@ -222,8 +226,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the report's FP32 profile, run by the first worker the trials leave idle
         profile="://" not in args.out,
     )
-    sweep = Sweep.from_yaml(args.spec)
     try:
+        sweep = _checked_beside_ray(args.spec, args.out, config)
         result = sweep.run(args.out, config)
     except SweepStopped as stop:
         if stop.detail:
@@ -248,6 +252,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _finish_local(sweep, Path(result.root), args.spec, args.top, result)
         print(done)
     return 0
+
+
+def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> Sweep:
+    """The validated sweep in the file at ``path``; for a new local sweep, Ray starts meanwhile.
+
+    The spec's shape and the workload file's existence come first: a typo
+    costs no cluster start. Then the workload is built on a thread while the
+    local Ray starts (``beside_local_start``). Only for a sweep folder that
+    does not exist yet on this machine's disk, where the folder's refusals
+    ``run_sweep`` makes before Ray starts (another live driver, another sweep's
+    settings) cannot apply and no trial is done already; any other run keeps
+    ``run_sweep``'s order.
+    """
+    spec = read_spec(path)
+    resolve_workload(spec, path.parent)
+    ray = sys.modules.get("ray")
+    joined = cluster_address(config.address) is not None or (ray is not None and ray.is_initialized())
+    if joined or "://" in out or (Path(out) / spec.name).exists():
+        return Sweep(spec, base_dir=path.parent)
+    return beside_local_start(lambda: Sweep(spec, base_dir=path.parent), config.workers, config.runtime_env)
 
 
 def _stop_ray() -> None:

@@ -24,6 +24,7 @@ from ..scheduling._progress import SweepProgress
 from ..store._lock import DriverLock
 from ..store._store import SweepStore
 from ._pool import WorkerPool
+from ._ray_start import start_ray
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -53,43 +54,6 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
             return str(reference.with_module(os.path.relpath(path, cwd))), None
         return workload_ref, None
     return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
-
-
-#: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
-#: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-
-
-def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
-    """Join a cluster or start a local one for this sweep.
-
-    A local cluster is Ray's own ``ray.init(address="local")``, which turns
-    token authentication on: anyone who can reach an unauthenticated Ray port
-    can run code as this user, so a sweep opens none unless the user turned
-    authentication off themselves (``RAY_AUTH_MODE=disabled``), and then it
-    says so. Joining a cluster follows that cluster's own setting
-    (``docs/cluster.md``). Never a bare ``ray.init()``: it silently attaches to
-    any cluster whose address another tool left in ``/tmp/ray``.
-    """
-    import ray
-
-    if ray.is_initialized():
-        return
-    common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-    if runtime_env:
-        common["runtime_env"] = runtime_env
-    if address:
-        ray.init(address=address, **common)
-        return
-    mode = os.environ.get(AUTH_MODE_ENV, "token")
-    if mode.lower() != "token":
-        warn(
-            f"{AUTH_MODE_ENV}={mode}: this sweep's local Ray accepts any client that reaches its ports; "
-            f"unset {AUTH_MODE_ENV} to require Ray's token"
-        )
-    ray.init(
-        address="local", num_cpus=max(os.cpu_count() or 1, workers or 0), include_dashboard=False, **common
-    )
 
 
 def run_sweep(

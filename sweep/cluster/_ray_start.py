@@ -1,0 +1,112 @@
+"""Starting Ray for a sweep: join a cluster or start a local one, keep its token private.
+
+``ray.init`` of a local cluster is most of a sweep's start (5-13 s on 2
+cores), and the driver's own check of the workload (importing MindSpore,
+building the network once) does not need Ray: ``beside_local_start`` runs the
+one on a thread while the other starts, so the first trial waits for the
+longer of the two, not their sum.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+#: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
+#: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+#: where Ray reads the token from instead of ``~/.ray/auth_token``, when set
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+#: protobuf's backend choice, which Ray's processes inherit from the driver's environment
+PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+
+T = TypeVar("T")
+
+
+def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
+    """Join a cluster or start a local one for this sweep.
+
+    A local cluster is Ray's own ``ray.init(address="local")``, which turns
+    token authentication on: anyone who can reach an unauthenticated Ray port
+    can run code as this user, so a sweep opens none unless the user turned
+    authentication off themselves (``RAY_AUTH_MODE=disabled``), and then it
+    says so. Joining a cluster follows that cluster's own setting
+    (``docs/cluster.md``). Never a bare ``ray.init()``: it silently attaches to
+    any cluster whose address another tool left in ``/tmp/ray``.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    common: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+    if runtime_env:
+        common["runtime_env"] = runtime_env
+    if address:
+        ray.init(address=address, **common)
+    else:
+        mode = os.environ.get(AUTH_MODE_ENV, "token")
+        if mode.lower() != "token":
+            _say(
+                f"{AUTH_MODE_ENV}={mode}: this sweep's local Ray accepts any client that reaches its ports; "
+                f"unset {AUTH_MODE_ENV} to require Ray's token"
+            )
+        cpus = max(os.cpu_count() or 1, workers or 0)
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **common)
+    keep_token_private()
+
+
+def keep_token_private() -> None:
+    """Make Ray's token file readable by its owner only (600), and say so once, when it was not.
+
+    Ray writes ``~/.ray/auth_token`` with the process's umask, 644 by default:
+    every user of the machine could read the token, and with it join the
+    sweep's cluster and run code as its user, which is what the token is there
+    to prevent.
+    """
+    path = Path(os.environ.get(TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+    try:
+        mode = path.stat().st_mode & 0o777
+        if not mode & 0o077:
+            return
+        path.chmod(0o600)
+    except OSError:  # no token file (authentication off), or not ours to change
+        return
+    _say(f"Ray's token {path} was readable by other users (mode {mode:o}); made it 600 (owner only)")
+
+
+def beside_local_start(work: Callable[[], T], workers: int | None, runtime_env: dict[str, Any] | None) -> T:
+    """``work()`` on a thread while this thread starts a local Ray cluster; what ``work`` returned.
+
+    When ``work`` raises (a workload that cannot be built is a bad spec), Ray
+    is shut down again before its error goes on, so a refused sweep leaves no
+    cluster behind. ``ray.init`` stays on the calling thread: Ray sets its
+    SIGTERM handler only from the main thread.
+
+    ``import mindspore`` sets protobuf's backend in the environment when none
+    is chosen, and Ray's processes inherit it when they start. Beside Ray's
+    start that import would land midway, and processes started before and
+    after it would differ; choosing first what MindSpore would choose keeps
+    every process as it was when MindSpore was imported before Ray, and
+    MindSpore 2.7's generated modules need it once Ray loaded protobuf.
+    """
+    os.environ.setdefault(PROTOBUF_ENV, "python")
+    import ray
+
+    with ThreadPoolExecutor(1, thread_name_prefix="ampsweep-check") as pool:
+        checked = pool.submit(work)
+        try:
+            start_ray(None, workers, runtime_env)
+        except Exception:
+            if checked.exception() is None:
+                raise
+        if checked.exception() is not None:  # its error first: Ray's own failure would hide it
+            ray.shutdown()
+        return checked.result()
+
+
+def _say(message: str) -> None:
+    print(f"ampsweep: {message}", file=sys.stderr, flush=True)
