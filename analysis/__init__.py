@@ -12,7 +12,7 @@ import ``render``, ``render`` does not import ``compute``)::
 
 ``_analyze`` runs the first two (every read happens there); the renderers
 receive the model and write only their own output. Every output names a
-configuration the same way (:mod:`ampsweep.contracts._naming`). The public surface::
+configuration the same way (:class:`ampsweep.contracts.Configuration`). The public surface::
 
     a = analyze("out/my-sweep")      # Analysis: ranking, one Recommendation per device kind
     a.report()                       # report.md, report.html, recommendation.json, ranking.csv

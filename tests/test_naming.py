@@ -1,4 +1,4 @@
-"""One name for a configuration in every output (``ampsweep.contracts.Configuration``, ``_naming``).
+"""One name for a configuration in every output (``ampsweep.contracts.Configuration``).
 
 The unit tests pin the style; the rest write a real report with the existing
 sweep writers (``tests.test_analysis``, ``tests.test_terminal``) and check that

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from ._configuration import (
     CONFIG_KEYS,
+    NAME_SEPARATOR,
     Configuration,
     black_list_of,
-    config_id,
+    black_list_value,
+    clip_name,
+    clip_value,
     config_key,
-    config_name,
+    level_name,
+    loss_placement_name,
+    loss_scale_name,
     name_of,
-    trial_name,
 )
 from ._formulas import (
     FINAL_FRACTION,
@@ -76,16 +80,6 @@ from ._loss_scale import (
     LossScale,
     parse_loss_scale,
     static_scale_for,
-)
-from ._naming import (
-    NAME_SEPARATOR,
-    black_list_value,
-    cast_name,
-    clip_name,
-    clip_value,
-    level_name,
-    loss_placement_name,
-    loss_scale_name,
 )
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import REFERENCE_FORM, ReferenceFormError, WorkloadReference, locate_file, parse_reference
@@ -206,7 +200,6 @@ __all__ = [
     "trial_row_path",
     "NAME_SEPARATOR",
     "black_list_value",
-    "cast_name",
     "clip_name",
     "clip_value",
     "level_name",
@@ -214,8 +207,5 @@ __all__ = [
     "loss_scale_name",
     "name_of",
     "Configuration",
-    "config_id",
-    "config_name",
-    "trial_name",
     "black_list_of",
 ]

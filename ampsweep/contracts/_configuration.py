@@ -1,18 +1,37 @@
-"""A configuration: everything the user chooses for a trial except the seed, as one value.
+"""A configuration: everything the user chooses for a trial except the seed, as one value, and its name.
 
 The driver plans trials by it, the horizon continues it, and the analysis
 groups seeds, names rows and finds a row's neighbours by it. Its identity,
 its names and the part of it that makes a compiled graph live here only, so
 "the same configuration" means one thing in ``plan.json``, ``horizon.json``,
-``ranking.csv`` and the report.
-
-The values are normalized on construction, so two configurations built from a
+``ranking.csv`` and the report. The values are normalized on construction: a
 Parquet row (a NumPy array black list, a NaN clip), a ranking row (a tuple, a
-None clip) or a spec (a list in the user's order) compare equal exactly when
-they are the same choice: the black list is sorted and deduplicated (the
-classes kept in FP32 are a set), a missing clip is ``None``.
+None clip) and a spec (a list in the user's order) give equal configurations
+exactly when they are the same choice (the black list is sorted and
+deduplicated, a missing clip is ``None``).
 
-Plain values in, text out (no pandas), so every part can import it.
+The terminal, report.md, report.html, ranking.csv, recommendation.json and
+``ampsweep plan`` all call a configuration by the words built here, so the
+"O2 · FP32: CustomNorm · clip 5.0" a user reads in one place is the name they
+find in every other. The style:
+
+* parts joined by `` · ``, in the order a user chooses them: the AMP level
+  (with the low-precision dtype when it is not float16, or when asked for),
+  the classes kept in FP32 (``FP32: CustomNorm, ExpSoftmax``), the clip
+  (``clip 5.0`` / ``no clip``), the loss scale (``loss scale dynamic``, left
+  out when there is none), where the loss runs (``loss outside``) and the
+  device kind (``on gpu``); the last two only when asked for (``spell``);
+* **O0 is FP32.** Under O0 nothing is cast: the name is ``FP32``, with no
+  black list, no dtype, no loss placement and no "no clip" (a clip is named
+  when one was set); the planner counts the O0 trials that differ only in
+  those as equivalent, so the ranking never shows two of them.
+
+:meth:`Configuration.name` is the name a person reads, with only the optional
+parts that differ between the rows shown; :attr:`Configuration.id` spells every
+part (the stable key, ``config_id`` in ranking.csv and recommendation.json). A
+clip threshold is written by :func:`clip_value` only (``5.0``, ``off``), a
+black list by :func:`black_list_value` only. Plain values in, text out (no
+pandas), so every part can import it.
 """
 
 from __future__ import annotations
@@ -23,17 +42,60 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from ._loss_scale import parse_loss_scale
-from ._naming import (
-    DEFAULT_DTYPE,
-    NAME_SEPARATOR,
-    OPTIONAL_PARTS,
-    cast_name,
-    clip_name,
-    loss_placement_name,
-    loss_scale_name,
-    missing,
-)
 from ._verdict import FP32_LEVEL
+
+NAME_SEPARATOR = " · "
+FP32_NAME = "FP32"
+DEFAULT_DTYPE = "float16"
+#: the parts a name spells only when asked: those that differ between the rows shown
+OPTIONAL_PARTS = frozenset({"dtype", "loss_placement", "device_kind"})
+
+
+def missing(value: Any) -> bool:
+    """None, NaN or pandas' NA: a clip that is off."""
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))
+    except TypeError:  # pd.NA
+        return True
+
+
+def clip_value(clip: Any) -> str:
+    """The threshold as the user typed it in the spec: '5.0', '0.25'; 'off' when there is none."""
+    return "off" if missing(clip) else repr(float(clip))
+
+
+def clip_name(clip: Any) -> str:
+    """'clip 5.0', or 'no clip'."""
+    return "no clip" if missing(clip) else f"clip {clip_value(clip)}"
+
+
+def black_list_value(black_list: Iterable[Any] | None) -> str:
+    """'CustomNorm, ExpSoftmax'; 'none' for an empty black list."""
+    return ", ".join(str(c) for c in black_list or ()) or "none"
+
+
+def loss_scale_name(loss_scale: Any) -> str:
+    """'loss scale dynamic', 'loss scale static:1024'; 'no loss scaling'."""
+    scaled = loss_scale is not None and str(loss_scale) not in ("", "none")
+    return f"loss scale {loss_scale}" if scaled else "no loss scaling"
+
+
+def loss_placement_name(loss_placement: Any) -> str:
+    """'loss outside' / 'loss inside' (where the loss runs: outside or inside the cast)."""
+    return f"loss {loss_placement}"
+
+
+def level_name(amp_level: Any, dtype: Any = DEFAULT_DTYPE, *, spell_dtype: bool = False) -> str:
+    """'FP32' for O0; 'O2'; 'O2 bfloat16' when the dtype is not float16 (or ``spell_dtype``)."""
+    level = str(amp_level)
+    if level == FP32_LEVEL:
+        return FP32_NAME
+    if spell_dtype or (dtype is not None and str(dtype) != DEFAULT_DTYPE):
+        return f"{level} {dtype}"
+    return level
+
 
 _DEFAULTS = {"loss_scale": "none", "dtype": DEFAULT_DTYPE, "loss_placement": "outside", "device_kind": ""}
 
@@ -143,7 +205,7 @@ class Configuration:
         dtype or loss placement, and a clip only when one was set.
         """
         spelled = frozenset(spell)
-        parts = [cast_name(self.amp_level, self.black_list, self.dtype, spell_dtype="dtype" in spelled)]
+        parts = [self.cast_name(spell_dtype="dtype" in spelled)]
         if not self.fp32 or self.clip is not None:
             parts.append(clip_name(self.clip))
         if self.loss_scale != "none":
@@ -153,6 +215,13 @@ class Configuration:
         if "device_kind" in spelled:
             parts.append(f"on {self.device_kind or 'an unknown device kind'}")
         return NAME_SEPARATOR.join(parts)
+
+    def cast_name(self, *, spell_dtype: bool = False) -> str:
+        """What is cast and what stays in FP32: 'O2 · FP32: CustomNorm', 'O2', 'FP32' (O0 casts nothing)."""
+        level = level_name(self.amp_level, self.dtype, spell_dtype=spell_dtype)
+        if not self.black_list or self.fp32:
+            return level
+        return f"{level}{NAME_SEPARATOR}{FP32_NAME}: {', '.join(self.black_list)}"
 
     def trial_name(self, seed: Any, spell: Iterable[str] = ()) -> str:
         """One trial of it: 'O2 · FP32: A · clip 5.0 · seed 0'."""
@@ -196,15 +265,3 @@ def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def name_of(config: Mapping[str, Any], spell: Iterable[str] = ()) -> str:
     """Deprecated: ``Configuration.from_row(config).name(spell)``."""
     return Configuration.from_row(config).name(spell)
-
-
-def config_name(*values: Any, spell: Iterable[str] = ()) -> str:  # TEMPORARY, removed in this change
-    return Configuration(*values).name(spell)
-
-
-def config_id(*values: Any) -> str:  # TEMPORARY, removed in this change
-    return Configuration(*values).id
-
-
-def trial_name(config: Mapping[str, Any], seed: Any, spell: Iterable[str] = ()) -> str:  # TEMPORARY
-    return Configuration.from_row(config).trial_name(seed, spell)

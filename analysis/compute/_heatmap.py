@@ -5,7 +5,7 @@ report.md prints it as a table (:mod:`analysis.wording._text`) and report.html
 draws it as a heatmap (:func:`analysis.render._figures.divergence_map`) from the
 same cells. One panel per (loss scale, dtype) pair when there are a few, so no
 cell averages over settings the user would choose separately. Rows and
-columns are named as everywhere else (:mod:`ampsweep.contracts._naming`).
+columns are named as everywhere else (:class:`ampsweep.contracts.Configuration`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import cast_name, clip_value, loss_scale_name
+from ampsweep.contracts import Configuration, clip_value, loss_scale_name
 
 from .._model import DivergenceGrid
 from . import _classes as cls
@@ -34,7 +34,7 @@ def divergence_grids(ranking: pd.DataFrame) -> list[DivergenceGrid]:
     if len(panels) > MAX_PANELS:
         panels = [("", "")]
     # a row per name: the O0 rows are one "FP32" row, whatever black list they carried
-    names = [cast_name(a, b) for a, b in zip(ranking["amp_level"], ranking["black_list"])]
+    names = [Configuration(a, b).cast_name() for a, b in zip(ranking["amp_level"], ranking["black_list"])]
     order: dict[str, tuple] = {}
     for name, a, b in zip(names, ranking["amp_level"], ranking["black_list"]):
         order[name] = min(order.get(name, (9,)), (_LEVEL_ORDER.get(a, 9), a, len(b), b))

@@ -5,7 +5,7 @@ the output opens with the recommendation's answer lines (the change, why,
 how sure: ``Recommendation.answer``) and the path of report.html, and only
 then shows the top of the ranking. The table has the few columns a choice
 needs, each cell short (the configuration's name from
-:mod:`ampsweep.contracts._naming`, "FP32" for O0 rows; the honest words of
+:class:`ampsweep.contracts.Configuration`, "FP32" for O0 rows; the honest words of
 :mod:`analysis.wording._labels`: "NaN at ~1,367" in place of a broken row's
 convergence figures, "clip out of band" rather than the whole rule); the long
 rules stay in the files. Every line fits the width it is rendered for: the terminal's when

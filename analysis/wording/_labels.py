@@ -5,7 +5,7 @@ recommendation.json must call a row by the same words, and two rules are easy
 to break one renderer at a time:
 
 * **O0 is FP32.** The row's name (``label``) comes from
-  :mod:`ampsweep.contracts._naming`, computed with the ranking
+  :class:`ampsweep.contracts.Configuration`, computed with the ranking
   (:mod:`analysis.compute._configs`): an O0 row is "FP32", never "default black
   list".
 * **A broken configuration shows where it broke.** A configuration with a
