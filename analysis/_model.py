@@ -355,8 +355,6 @@ class LayerFigureData:
     """Per-layer gradient maxima of one diverged trial (``layers/``)."""
 
     trial_id: str
-    amp_level: str
-    clip: float | None
     seed: int | None
     dtype: str
     first_nonfinite: float | None

@@ -71,8 +71,6 @@ class Criterion:
     #: compared by the seed-noise rule on per-seed values (``per_seed[seed_figure]``)
     seed_figure: str | None = None
     accelerator_only: bool = False
-    #: a score (not a class or a tie-break): "tied on every score" looks at these
-    is_score: bool = False
 
     @property
     def noisy(self) -> bool:
@@ -197,7 +195,6 @@ CRITERIA: tuple[Criterion, ...] = (
         ),
         show=_steps_text,
         seed_figure="steps_to_target",
-        is_score=True,
     ),
     Criterion(
         "final_loss",
@@ -209,7 +206,6 @@ CRITERIA: tuple[Criterion, ...] = (
         ),
         show=lambda r: cls.num(_finite_or_inf(r["final_loss_median"])),
         seed_figure="final",
-        is_score=True,
     ),
     Criterion(
         "n_black_listed",
@@ -249,7 +245,6 @@ CRITERIA: tuple[Criterion, ...] = (
         higher_is_better=True,
         seed_figure="speed_vs_fp32",
         accelerator_only=True,
-        is_score=True,
     ),
     Criterion(
         "loss_inside",

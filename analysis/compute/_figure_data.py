@@ -235,8 +235,6 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
     seed = trial["seed"]
     return LayerFigureData(
         trial_id=tid,
-        amp_level=str(trial["amp_level"]),
-        clip=_optional(trial["clip"]),
         seed=None if pd.isna(seed) else int(seed),
         dtype=str(trial["dtype"]),
         first_nonfinite=_optional(trial.get("first_nonfinite")),
