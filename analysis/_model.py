@@ -149,7 +149,7 @@ class HeldPast:
     #: seeds it stayed finite past FP32's break, of ``n_seeds`` (the seeds where FP32 broke that it ran)
     n_held: int
     n_seeds: int
-    #: the step it stayed finite to, on every seed it held (its last step + 1: the steps it ran)
+    #: the step it held to on every seed it held (``ampsweep.contracts.held_to``)
     held_to: int
 
 

@@ -176,8 +176,8 @@ def _held_past(row: pd.Series, scores: pd.DataFrame, breaks: dict[Any, float]) -
     if trials.empty:
         return None
     finite = trials[(trials["outcome"] == "completed") & trials["first_nonfinite"].isna()]
-    ran_to = finite["last_step"].astype("float64") + 1
-    past = finite[ran_to.to_numpy() > np.array([breaks[s] for s in finite["seed"]])]
+    held = finite["held_to"].astype("float64")  # ``ampsweep.contracts.held_to``: every step before it finite
+    past = finite[held.to_numpy() > np.array([breaks[s] for s in finite["seed"]])]
     if past.empty:
         return None
     return HeldPast(
@@ -187,7 +187,7 @@ def _held_past(row: pd.Series, scores: pd.DataFrame, breaks: dict[Any, float]) -
         clip=None if pd.isna(row["clip"]) else float(row["clip"]),
         n_held=int(past["seed"].nunique()),
         n_seeds=int(trials["seed"].nunique()),
-        held_to=int(past["last_step"].astype("float64").min()) + 1,
+        held_to=int(past["held_to"].astype("float64").min()),
     )
 
 
