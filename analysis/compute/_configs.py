@@ -111,7 +111,7 @@ def _first_error(errors: pd.Series) -> str:
     return ""
 
 
-def _spread(values: np.ndarray) -> tuple[float, float, float]:
+def _median_range(values: np.ndarray) -> tuple[float, float, float]:
     finite = values[np.isfinite(values)]
     if not finite.size:
         return np.nan, np.nan, np.nan
@@ -264,7 +264,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["per_seed"] = {f: _per_seed(num[f][idx], seeds[idx]) for f in PER_SEED_FIGURES}
         for figure, name in SPREAD_FIGURES.items():
             values = num[figure][idx]
-            median, low, high = _spread(values)
+            median, low, high = _median_range(values)
             if figure == "steps_to_target":
                 median = _median_never_counts(values)
             row[f"{name}_median"], row[f"{name}_min"], row[f"{name}_max"] = median, low, high
