@@ -142,8 +142,11 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     Added columns: ``ranked``, ``reference``, ``target``, ``target_source``,
     ``final`` (final loss), ``first_nonfinite``, ``clip_rate``,
     ``steps_per_s``, ``speed_vs_fp32``, ``unstable``, plus the raw step
-    aggregates from :func:`analysis.aggregate_steps`. Trials that are not
-    ranked (equivalent duplicates) are not scanned and keep NaN scores.
+    aggregates from :func:`analysis.aggregate_steps`, and each trial's
+    ``verdict``. The one scoring pass: on a seed whose FP32 run broke, every
+    trial is scored and judged on its steps before that step
+    (:mod:`analysis.compute._fp32_break`). Trials that are not ranked
+    (equivalent duplicates) are not scanned and keep NaN scores.
     """
     trials = load_trials(sweep_dir) if trials is None else trials.copy()
     trials = trials.reset_index(drop=True)
