@@ -58,12 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a sweep, then write and print the report")
     run.add_argument("spec", type=Path)
     run.add_argument("--out", required=True, help="output folder or pyarrow.fs URI (s3://, gs://, hdfs://)")
-    run.add_argument("--workers", type=_positive_int, default=None, help="CPU actors (default: one per core)")
-    run.add_argument("--address", default=None, help="join this Ray cluster instead of starting one")
-    run.add_argument(
-        "--devices", choices=("auto", *DEVICE_KINDS), default=None, help="override the spec's devices"
-    )
-    run.add_argument("--compute-on", choices=("cpu",), default=None, help="keep scheduling, compute on CPU")
+    run.add_argument("--workers", type=_positive_int, help="CPU actors (default: one per core)")
+    run.add_argument("--address", help="join this Ray cluster instead of starting one")
+    run.add_argument("--devices", choices=("auto", *DEVICE_KINDS), help="override the spec's devices")
+    run.add_argument("--compute-on", choices=("cpu",), help="keep scheduling, compute on CPU")
     run.add_argument("--no-progress", action="store_true", help="no live progress bar")
     run.add_argument(
         "--keep-going",
@@ -77,9 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         "source", help="a sweep folder OUT/<name>: local path, pyarrow.fs URI, or a path on the Ray head"
     )
     pull.add_argument("destination", help="local folder (or URI) that receives <name>/")
-    pull.add_argument(
-        "--address", default=None, help="read SOURCE from the disk of this Ray cluster's head node"
-    )
+    pull.add_argument("--address", help="read SOURCE from the disk of this Ray cluster's head node")
 
     status = sub.add_parser(
         "status", help="counts of a sweep folder: completed, diverged, failed, missing, running"
@@ -92,9 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         "profile", help="one FP32 run with hooks: each Cell's float16 risk and a loss scale"
     )
     profile.add_argument("spec", type=Path)
-    profile.add_argument(
-        "--steps", type=_positive_int, default=None, help="steps to profile (default: the spec's)"
-    )
+    profile.add_argument("--steps", type=_positive_int, help="steps to profile (default: the spec's)")
     profile.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
     report = sub.add_parser("report", help="(re)write the report of a sweep folder")
@@ -126,32 +120,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_top(sweep_dir: Path, top: int) -> None:
-    """Write the report and print the answer first, then its top rows, fitting the terminal (100 when piped)."""
-    from ampsweep.analysis import analyze, write_report
+def _print_top(sweep_dir: Path, top: int, spec_dir: Path | None = None) -> None:
+    """Write the report, then print the answer and the ranking's top rows (``render_terminal``), flushed."""
+    from ampsweep.analysis import NEXT_SPEC_FILE, analyze, render_terminal, write_report
 
     result = analyze(sweep_dir)
-    _print_answer(result, top, write_report(sweep_dir, analysis=result))
-
-
-def _print_answer(result: Any, top: int, report: Path) -> None:
-    """The answer, then the ranking's top rows (``render_terminal``), flushed."""
-    from ampsweep.analysis import NEXT_SPEC_FILE, render_terminal
-
+    report = write_report(sweep_dir, analysis=result, spec_dir=spec_dir)
     following = report.with_name(NEXT_SPEC_FILE)
     sys.stdout.write(
         render_terminal(result, top, report, next_spec=following if following.exists() else None)
     )
     sys.stdout.flush()
-
-
-def _finish_local(sweep: Sweep, root: Path, spec_path: str, top: int, run: SweepResult | None = None) -> None:
-    """The end of a local run: profile.json, then the report, then the answer printed."""
-    from ampsweep.analysis import analyze, write_report
-
-    _write_profile(sweep, root, spec_path, run)
-    result = analyze(root)
-    _print_answer(result, top, write_report(root, analysis=result, spec_dir=Path(spec_path).parent))
 
 
 def _write_profile(sweep: Sweep, root: Path, spec_path: str, run: SweepResult | None = None) -> None:
@@ -249,7 +228,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
     else:
         # the answer first, then the table; what ran is a footnote
-        _finish_local(sweep, Path(result.root), args.spec, args.top, result)
+        _write_profile(sweep, Path(result.root), args.spec, result)
+        _print_top(Path(result.root), args.top, Path(args.spec).parent)
         print(done)
     return 0
 
@@ -382,14 +362,12 @@ def _out_of_space(args: argparse.Namespace, exc: OSError) -> int:
     """
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     target = Path(exc.filename) if isinstance(exc.filename, str) else None
+    what = f"could not write to {args.out}" if args.command == "run" else "could not write a file"
+    again = "ampsweep " + shlex.join(args.argv)
     if target is not None:
         what = f"could not write {target.parent.name}/{target.name} in {target.parent.parent}"
-    else:
-        what = f"could not write to {args.out}" if args.command == "run" else "could not write a file"
-    if target is not None and target.parent.name == "report":
-        again = "ampsweep report " + shlex.quote(str(target.parent.parent))
-    else:
-        again = "ampsweep " + shlex.join(args.argv)
+        if target.parent.name == "report":
+            again = "ampsweep report " + shlex.quote(str(target.parent.parent))
     print(f"ampsweep: stopped: {what}: {reason}; rerun with: {again}", file=sys.stderr, flush=True)
     return OutOfSpace.exit_code
 

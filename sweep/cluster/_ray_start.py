@@ -1,10 +1,8 @@
-"""Starting Ray for a sweep: join a cluster or start a local one, keep its token private.
+"""Starting Ray for a sweep: join a cluster or start a local one, beside the workload check; a private token.
 
-``ray.init`` of a local cluster is most of a sweep's start (5-13 s on 2
-cores), and the driver's own check of the workload (importing MindSpore,
-building the network once) does not need Ray: ``beside_local_start`` runs the
-one on a thread while the other starts, so the first trial waits for the
-longer of the two, not their sum.
+A local ``ray.init`` is most of a sweep's start (5-13 s on 2 cores), and the
+driver's check of the workload (import MindSpore, build the network once) does
+not need Ray: run side by side, the first trial waits for the longer of the two.
 """
 
 from __future__ import annotations
@@ -19,10 +17,8 @@ from typing import Any, TypeVar
 #: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
 #: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
-#: where Ray reads the token from instead of ``~/.ray/auth_token``, when set
-TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
-#: protobuf's backend choice, which Ray's processes inherit from the driver's environment
-PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # where Ray keeps the token instead, when set
+PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"  # Ray's processes inherit the driver's choice
 
 T = TypeVar("T")
 
@@ -60,12 +56,11 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
 
 
 def keep_token_private() -> None:
-    """Make Ray's token file readable by its owner only (600), and say so once, when it was not.
+    """Make Ray's token file 600, saying so in one line, when others can read it.
 
-    Ray writes ``~/.ray/auth_token`` with the process's umask, 644 by default:
-    every user of the machine could read the token, and with it join the
-    sweep's cluster and run code as its user, which is what the token is there
-    to prevent.
+    Ray writes ``~/.ray/auth_token`` with the umask's mode, 644 by default: any
+    user of the machine could read the token, join the cluster and run code as
+    the sweep's user, which is what the token is there to prevent.
     """
     path = Path(os.environ.get(TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
     try:
@@ -79,19 +74,14 @@ def keep_token_private() -> None:
 
 
 def beside_local_start(work: Callable[[], T], workers: int | None, runtime_env: dict[str, Any] | None) -> T:
-    """``work()`` on a thread while this thread starts a local Ray cluster; what ``work`` returned.
+    """``work()`` on a thread while this (main) thread starts a local Ray, as Ray wants; what it returned.
 
-    When ``work`` raises (a workload that cannot be built is a bad spec), Ray
-    is shut down again before its error goes on, so a refused sweep leaves no
-    cluster behind. ``ray.init`` stays on the calling thread: Ray sets its
-    SIGTERM handler only from the main thread.
-
-    ``import mindspore`` sets protobuf's backend in the environment when none
-    is chosen, and Ray's processes inherit it when they start. Beside Ray's
-    start that import would land midway, and processes started before and
-    after it would differ; choosing first what MindSpore would choose keeps
-    every process as it was when MindSpore was imported before Ray, and
-    MindSpore 2.7's generated modules need it once Ray loaded protobuf.
+    When ``work`` raises (a workload that cannot be built), its error goes on,
+    before any of Ray's own, and Ray is shut down first: a refused sweep
+    leaves no cluster behind. ``import mindspore`` picks protobuf's backend for
+    the environment when none is: midway through Ray's start, Ray's processes
+    would differ. Picked first, as MindSpore would (2.7's modules need it once
+    Ray has loaded protobuf), every process is as when MindSpore came first.
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray

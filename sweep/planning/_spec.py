@@ -33,50 +33,20 @@ DType = Literal["float16", "bfloat16"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def _nonempty(values: list[Any]) -> list[Any]:
-    if not values:
-        raise ValueError("an axis needs at least one value")
-    return values
-
-
-def _default_levels() -> list[AmpLevel]:
-    return [FP32_LEVEL, "O2"]
-
-
-def _default_black_lists() -> list[list[str]]:
-    return [[]]
-
-
-def _default_clips() -> list[float | None]:
-    return [None]
-
-
-def _default_dtypes() -> list[DType]:
-    return ["float16"]
-
-
-def _default_placements() -> list[LossPlacement]:
-    return ["outside"]
-
-
 class Grid(BaseModel):
     """The axes; the grid is their product."""
 
     model_config = ConfigDict(extra="forbid")
 
-    amp_level: list[AmpLevel] = Field(default_factory=_default_levels)
-    black_list: list[list[str]] = Field(default_factory=_default_black_lists)
-    clip: list[float | None] = Field(default_factory=_default_clips)
+    amp_level: list[AmpLevel] = Field(default_factory=lambda: [FP32_LEVEL, "O2"])
+    black_list: list[list[str]] = Field(default_factory=lambda: [[]])
+    clip: list[float | None] = Field(default_factory=lambda: [None])
     loss_scale: list[str] = Field(default_factory=lambda: ["none"])
-    dtype: list[DType] = Field(default_factory=_default_dtypes)
+    dtype: list[DType] = Field(default_factory=lambda: ["float16"])
     seed: list[StrictInt] = Field(default_factory=lambda: [0])  # strict: YAML's `true` is not seed 1
     #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
     #: hand-written loop); ``inside``: the loss cell is cast with the network
-    loss_placement: list[LossPlacement] = Field(default_factory=_default_placements)
-
-    _check_nonempty = field_validator(
-        "amp_level", "black_list", "clip", "loss_scale", "dtype", "seed", "loss_placement"
-    )(_nonempty)
+    loss_placement: list[LossPlacement] = Field(default_factory=lambda: ["outside"])
 
     @field_validator("clip")
     @classmethod
@@ -97,6 +67,8 @@ class Grid(BaseModel):
     @classmethod
     def _no_repeats(cls, values: list[Any]) -> list[Any]:
         # a repeated value is almost always a typo (1.0 for 1.5): refuse, do not de-duplicate
+        if not values:
+            raise ValueError("an axis needs at least one value")
         seen: list[Any] = []
         for value in values:
             key = sorted(set(value)) if isinstance(value, list) else value
