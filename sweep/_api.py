@@ -23,12 +23,8 @@ from .planning._plan import SweepPlan
 from .planning._spec import SweepSpec, parse_spec, read_spec
 from .planning._workload_check import WorkloadFacts, check_workload
 from .search._horizon import HorizonCheck
+from .search._rounds import run_rounds
 from .search._search import AdaptiveSearch
-
-
-def resolved_yaml(spec: SweepSpec) -> str:
-    """The spec with every default filled in: what ``sweep.yaml`` in the output holds."""
-    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
 
 
 class Sweep:
@@ -56,7 +52,7 @@ class Sweep:
 
     def resolved_yaml(self) -> str:
         """The spec with every default filled in: what ``sweep.yaml`` in the output holds."""
-        return resolved_yaml(self.spec)
+        return yaml.safe_dump(self.spec.model_dump(mode="json"), sort_keys=False)
 
     def plan(self) -> SweepPlan:
         return SweepPlan.from_spec(
@@ -70,12 +66,13 @@ class Sweep:
             config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
         with WorkerPool(config, self.spec.devices) as pool:  # one set of actors for every run of the sweep
             if self.spec.search == "adaptive":
-                search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out), config)
-                return search.run(pool)
+                search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out))
+                run_rounds(search, pool, config, search.store.snapshot_folder)
+                return search.totals
             plan = self.plan()
             result = run_sweep(plan, self.resolved_yaml(), str(out), config, pool=pool)
             if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
                 profile = result.profile.as_json() if result.profile is not None else None
-                check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), config, profile)
-                check.run(result, pool)
+                check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), profile, result)
+                run_rounds(check, pool, config, check.store.snapshot_folder)
             return result

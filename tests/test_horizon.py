@@ -166,3 +166,30 @@ def test_plan_says_the_answer_will_be_continued_to_the_horizon(tmp_path: Path, c
     assert main(["plan", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "to the horizon, step 1,800" in out and "at step 600" in out
+
+
+@pytest.mark.slow
+def test_a_break_that_names_a_class_the_grid_kept_in_no_configuration_adds_it(tmp_path: Path):
+    """The grid has no black list: the break names ExpSoftmax, the next round adds O2 with it in FP32
+    (its own trials from the seed's start, as ``search: adaptive`` would), and that one is continued."""
+    spec = {
+        "name": "lacks",
+        "workload": LATE,
+        "steps": 600,
+        "horizon": 1800,
+        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": [0]},
+    }
+    Sweep(spec).run(tmp_path / "out", workers=2, progress=False)
+    root = tmp_path / "out" / "lacks"
+    log = json.loads((root / "horizon.json").read_text())
+    continued = {c["label"]: c for c in log["continued"]}
+    assert continued["O2 · no clip"]["broke_at"], "the grid's answer broke before the horizon"
+    assert list(log["added"]) == ["O2 · FP32: ExpSoftmax · no clip"]
+    added = continued["O2 · FP32: ExpSoftmax · no clip"]
+    assert "added: O2 · no clip broke in ExpSoftmax" in added["why"]
+    assert added["held_to"] == {"0": 1800} and log["answer"] == "O2 · FP32: ExpSoftmax · no clip"
+    trials = pd.read_parquet(root / "trials")
+    mine = trials[[list(black) == ["ExpSoftmax"] for black in trials["black_list"]]]
+    assert len(mine) == 1 and int(mine["steps"].iloc[0]) == 600 and int(mine["start_step"].iloc[0]) == 0
+    planned = json.loads((root / "plan.json").read_text())
+    assert mine["trial_id"].iloc[0] in json.dumps(planned), "plan.json lists the added trial"

@@ -66,6 +66,9 @@ class HorizonLog:
     #: the FP32 profile's forecast that ordered the work, in words (empty: no profile, or nothing at risk)
     forecast: list[str] = field(default_factory=list)
     continued: list[Continued] = field(default_factory=list)
+    #: configurations the grid lacked, added after a break named a class (as ``search: adaptive`` adds it):
+    #: label -> why
+    added: dict[str, str] = field(default_factory=dict)
     #: the label of the configuration the answer is, once it held to the horizon (None: none held)
     answer: str | None = None
     trials_run: int = 0

@@ -1,4 +1,4 @@
-"""The dispatcher's one door to Ray: start an actor, send it work, hear when the work is done.
+"""The worker pool's one door to Ray: start an actor, send it work, hear when the work is done.
 
 Completions arrive as callbacks into a local queue (``ObjectRef.future``), so
 the driver never waits on a list of every reference in flight: a ``ray.wait``
@@ -21,7 +21,8 @@ Completion = tuple[Any, "Future[Any]"]
 
 
 class Actors(Protocol):
-    """What the dispatcher needs of a cluster; ``RayActors`` is the real one."""
+    """What the worker pool needs of a cluster; ``RayActors`` is the real one (a gang's would form
+    and kill a placement group of rank actors behind the same calls)."""
 
     #: finished calls, in the order they finished
     completions: queue.SimpleQueue[Completion]

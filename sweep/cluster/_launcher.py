@@ -18,7 +18,7 @@ from .._config import RunConfig
 from .._result import SweepResult
 from ..planning._plan import SweepPlan
 from ..planning._resume import check_same_sweep
-from ..scheduling._dispatch import Dispatcher, DispatchOptions
+from ..scheduling._dispatch import Dispatcher
 from ..scheduling._prefix import Forks
 from ..scheduling._progress import SweepProgress
 from ..store._lock import DriverLock
@@ -139,7 +139,6 @@ def drive_trials(
     stand-ins for the actors (``WorkerPool(actors=..., watch=...)``).
     """
     copies = plan.copy_map(pending, pool.exact_reruns())
-    options = DispatchOptions(workload_ref, fail_fast=not run.keep_going, copies=copies)
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
         print(
@@ -158,8 +157,10 @@ def drive_trials(
     done = len(plan) - len(pending)
     finished = {t.trial_id for t in plan.trials} - {t.trial_id for t in pending}
     with SweepProgress(len(plan), done, run.progress) as bar:
-        baselines = store.baselines(plan.trials, finished)
-        dispatcher = Dispatcher(copies.to_train(pending), options, commit, bar, done, baselines, forks)
+        baselines, train = store.baselines(plan.trials, finished), copies.to_train(pending)
+        dispatcher = Dispatcher(
+            train, workload_ref, copies, commit, bar, done, baselines, forks, not run.keep_going
+        )
 
         def beat(running: list[str]) -> None:
             heartbeat(running)

@@ -92,8 +92,8 @@ class WorkerPool:
         #: trials an actor holds at once: it starts the next one without a round trip to the driver
         self.depth = depth
         self.slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
-        self._actors = actors
-        self._watch = watch
+        self.actors: Actors = actors if actors is not None else RayActors()
+        self.watch = watch  # found in ``open`` (it needs Ray): ``ClusterWatch``
         #: the workload reference as the workers see it (``ship_workload``), once Ray is started
         self.workload_ref: str | None = None
         #: readiness probe of a new actor -> its slot and that actor (a later replacement has another)
@@ -105,7 +105,7 @@ class WorkerPool:
         self.last_error = ""
         self._heartbeat: Callable[[list[str]], None] = lambda running: None
         self._profile: Callable[[], tuple[Any, ...] | None] | None = None
-        self._profile_answer: Any = None
+        self._profile_answer: Any = None  # the profile's answer, or the exception it ended with
         self._live = 0  # slots with an actor that is not given up
         #: calls that were running on an actor when it died (the others behind it never started)
         self._lost: set[Any] = set()
@@ -115,20 +115,9 @@ class WorkerPool:
         self._next_beat = 0.0
 
     # the cluster --------------------------------------------------------------------------------
-    @property
-    def actors(self) -> Actors:
-        if self._actors is None:
-            self._actors = RayActors()
-        return self._actors
-
-    @property
-    def watch(self) -> Any:
-        if self._watch is None:
-            self._watch = ClusterWatch.of_this_driver()
-        return self._watch
-
     def open(self) -> None:
         """Find the devices once (Ray is started): a device kind the cluster lacks is a usage error."""
+        self.watch = self.watch or ClusterWatch.of_this_driver()
         if self.slots:
             return
         import ray
@@ -346,11 +335,14 @@ class WorkerPool:
     def _call_answered(self, call: Any, answer: Future[Any]) -> None:
         slot, actor, config = self.in_flight.pop(call)
         started = self._answered(slot, call)
-        if config is None:
-            self._profile_done(slot, actor, answer)
+        if config is None:  # the profile: it is extra, so its failure is reported, not raised
+            error = answer.exception()
+            self._profile_answer = error if error is not None else answer.result()
+            if isinstance(error, self.actors.actor_died) and actor is slot.actor:
+                self._actor_died(slot, error)
+            self._dispatch(slot)
             return
-        work = self._work
-        work.answered(config, call)
+        self._work.answered(config, call)
         try:
             result = answer.result()
         except self.actors.actor_died as exc:
@@ -362,7 +354,7 @@ class WorkerPool:
         else:
             slot.deaths = 0
         # the next trial first, the Parquet commit after: the actor trains while the driver writes
-        work.learn(config, result)
+        self._work.learn(config, result)
         self._last_live = time.monotonic()
         self._dispatch(slot)
         self._finished(result)
@@ -388,12 +380,3 @@ class WorkerPool:
         if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
             self._actor_died(slot, exc, running_left=not started)
         self._wake(idle_only=True)  # the trial is back in line, and its graph may have lost a holder
-
-    def _profile_done(self, slot: Slot, actor: Any, answer: Future[Any]) -> None:
-        try:
-            self._profile_answer = answer.result()
-        except Exception as exc:  # noqa: BLE001 - the profile is extra: its failure is reported, not raised
-            self._profile_answer = exc
-            if isinstance(exc, self.actors.actor_died) and actor is slot.actor:
-                self._actor_died(slot, exc)
-        self._dispatch(slot)

@@ -15,7 +15,6 @@ Every result, copies included, is committed through one path (``_record``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ampsweep.contracts import FP32_LEVEL
@@ -33,16 +32,9 @@ if TYPE_CHECKING:
     from ..cluster._pool import Slot
 
 
-@dataclass
-class DispatchOptions:
-    workload_ref: str
-    fail_fast: bool = True
-    #: the plan's copies of the pending trials (``SweepPlan.copy_map``)
-    copies: CopyMap = field(default_factory=CopyMap)
-
-
 class Dispatcher:
-    """Runs ``pending`` (the pool's ``Work``); ``commit`` writes one finished trial (a copy: attempts 0).
+    """Runs ``pending`` on a ``WorkerPool``; ``commit`` writes one finished trial (a copy: attempts 0);
+    ``copies``: the plan's copies of the pending trials (``SweepPlan.copy_map``).
 
     The driver's work per trial does not grow with the cluster: the next trial
     comes from ``TrialQueue`` (no scan), and each answer touches its own trial only.
@@ -51,23 +43,25 @@ class Dispatcher:
     def __init__(
         self,
         pending: list[TrialConfig],
-        options: DispatchOptions,
+        workload_ref: str,
+        copies: CopyMap,
         commit: Callable[[TrialResult, int], None],
         bar: SweepProgress,
         committed_before: int,
         baselines: Baselines,
         forks: Forks | None = None,
+        fail_fast: bool = True,
     ) -> None:
         self.baselines = baselines
-        self.workload_ref = options.workload_ref
+        self.workload_ref = workload_ref
         #: a forked sweep's snapshots; its prefix runs go ahead of every trial
         self.forks = forks
         self.queue = TrialQueue(
             [*(forks.runs if forks else []), *pending],
             forks.refs if forks else (),
-            options.copies.confirm_last,
+            copies.confirm_last,
         )
-        self.copies = Copies(options.copies)
+        self.copies = Copies(copies)
         #: copies made from a result the gate still holds: committed right after it
         self._copies_of: dict[str, list[TrialResult]] = {}
         #: trial id -> the workers it took (the pool counts them)
@@ -75,7 +69,7 @@ class Dispatcher:
         self._commit = commit
         self.bar = bar
         self.committed = committed_before
-        self.gate = FailFastGate(options.fail_fast)
+        self.gate = FailFastGate(fail_fast)
         self._in_flight = 0
 
     @property

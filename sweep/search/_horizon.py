@@ -1,9 +1,10 @@
 """``horizon:``: continue the answer to the length of the user's training before it is final.
 
 A sweep shorter than the user's training can recommend a configuration that
-breaks later (the demo's 300-step answer goes NaN at ~1,126). With a
+breaks later (late_softmax's 600-step answer goes NaN at ~1,417). With a
 ``horizon`` past the trials' end, every grid trial keeps its end state
-(``TrialConfig.save_snapshot``), and after the grid:
+(``TrialConfig.save_snapshot``), and after the grid, round by round (a
+``RoundSearch``, run by ``_rounds.run_rounds`` on the grid's workers):
 
 1. the analysis ranks the sweep and names its recommendation;
 2. that configuration continues on every seed from each seed's own snapshot
@@ -17,7 +18,15 @@ breaks later (the demo's 300-step answer goes NaN at ~1,126). With a
    A break is localized like any trial's (``horizon.json`` keeps the Cell it
    named), and the recommendation moves to the next candidate, which is
    continued in turn, beside the best runner-up that keeps the named class in FP32.
-4. It stops once the recommendation has held to the horizon on every seed, or
+4. Where a break named a class and the sweep has no configuration that is the
+   broken one with that class in FP32, the next round adds it, as ``search:
+   adaptive`` would: ordinary trials of the sweep (its folder, its
+   ``plan.json``) from each seed's own start, as long as the grid's. Not the
+   broken one's end state with the class switched to FP32 at the trials' end:
+   that tests a change made mid-training, while the answer is a configuration
+   the user trains from the start, judged like every other against FP32 from
+   the same start. Ranked, it is continued like any candidate, from its own end.
+5. It stops once the recommendation has held to the horizon on every seed, or
    nothing is left to continue.
 
 The forecast orders the work; it never decides: every answer held, measured.
@@ -31,27 +40,23 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ampsweep.contracts import (
-    CONFIG_KEYS,
-    FP32_LEVEL,
     HORIZON_FILE,
     HORIZON_FOLDER,
     PROFILE_FILE,
+    Configuration,
     Continued,
     HorizonLog,
-    config_key,
     encode_horizon,
-    name_of,
+    held_to,
     trial_snapshot,
 )
 from ampsweep.jobs import TrialConfig
 
-from .._config import RunConfig
 from .._result import SweepResult
-from ..cluster._launcher import run_sweep
-from ..cluster._pool import WorkerPool
 from ..planning._plan import SweepPlan
 from ..planning._start import StartPoint
 from ..store._store import SweepStore
+from ._rounds import Batch
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,12 +67,6 @@ if TYPE_CHECKING:
 AHEAD = 3
 #: the profile's risk names: an overflow forecast, or gradients that underflow
 _OVERFLOW, _UNDERFLOW = "overflow", "underflow"
-
-
-def _config_dict(key: tuple[Any, ...]) -> dict[str, Any]:
-    config = dict(zip(CONFIG_KEYS, key, strict=True))
-    config["black_list"] = list(config["black_list"])
-    return config
 
 
 def forecast_risks(profile: dict[str, Any] | None, horizon: int) -> tuple[dict[str, str], bool]:
@@ -95,8 +94,22 @@ def _read_profile(store: SweepStore) -> dict[str, Any] | None:
         return None
 
 
+def _config(row: Any) -> Configuration:
+    """A ranking row's or a trial's configuration, without the device kind (a continuation keeps it)."""
+    return Configuration.from_row(row).with_device_kind("")
+
+
+def _entry(config: Configuration, round_: int, why: str) -> Continued:
+    as_row = {k: v for k, v in config.as_row().items() if k != "device_kind"}
+    return Continued(label=config.name(), config=as_row, round=round_, why=why)
+
+
+#: a round's candidates: (configuration, why, the trial ids of its seeds)
+_Candidates = list[tuple[Configuration, str, list[str]]]
+
+
 class HorizonCheck:
-    """The continuation of a finished grid to ``spec.horizon``; ``run`` adds its trials to ``totals``."""
+    """The continuation of a finished grid to ``spec.horizon``, a ``RoundSearch``; it counts into ``totals``."""
 
     def __init__(
         self,
@@ -104,14 +117,14 @@ class HorizonCheck:
         plan: SweepPlan,
         resolved_yaml: str,
         out: str,
-        config: RunConfig,
         profile: dict[str, Any] | None,
+        totals: SweepResult,
     ) -> None:
         self.spec = spec
         self.plan = plan
         self.resolved_yaml = resolved_yaml
         self.out = out
-        self.config = config
+        self.totals = totals
         self.store = SweepStore(out, plan.name)
         self.continuations = SweepStore(self.store.root, HORIZON_FOLDER)
         self.by_id = {t.trial_id: t for t in plan.trials}
@@ -124,26 +137,68 @@ class HorizonCheck:
         if self.underflow:
             self.log.forecast.append("gradients underflow float16 in FP32 (a loss scale may be needed)")
         #: configuration -> what its continuation showed
-        self.done: dict[tuple[Any, ...], Continued] = {}
+        self.done: dict[Configuration, Continued] = {}
+        #: the round in flight: what each of its configurations' continuation will show
+        self._running: list[tuple[Configuration, Continued]] = []
         self._round = 0
+        self._limit = len(plan.trials) + 1  # every round continues at least one new configuration
+
+    # the round protocol ----------------------------------------------------------------------------
+    def propose(self) -> Batch | None:
+        """Configurations a break asked for, else the continuations of this round; None: the answer is final."""
+        from ampsweep.analysis import analyze
+
+        while self._round < self._limit:
+            self._round += 1
+            lacking = self._lacking()
+            if lacking:
+                return self._add(lacking)
+            batch = self._candidates(analyze(self.store.root, figures=False).ranking)
+            if not batch:
+                break
+            made = self._continue(batch)
+            if made is not None:
+                return made
+            self._observed([])  # nothing to continue from (no end state): recorded, and on to the next
+        self._save()
+        return None
+
+    def observe(self, batch: Batch, ran: SweepResult) -> None:
+        self.totals.add_run(ran)
+        if batch.out == self.store.root:  # the continuations, in horizon/
+            self._observed(batch.plan.trials)
+        else:  # configurations added to the sweep: the next round ranks them with the rest
+            self.log.trials_run += ran.ran
+            self._save()
+
+    def _observed(self, trials: list[TrialConfig]) -> None:
+        for config, entry in self._running:
+            self._judge(entry, trials)
+            self.done[config] = entry
+            self.log.continued.append(entry)
+        self._running = []
+        self.log.trials_run += len(trials)
+        self._save()
 
     # what to continue -------------------------------------------------------------------------
     def _favoured(self, row: Any) -> bool:
         """Whether the evidence favours this candidate: it keeps in FP32 a class the forecast puts at
         risk or a continuation's break named (as ``search: adaptive`` adds it), or scales the loss
         where FP32's gradients underflow."""
-        if row["amp_level"] == FP32_LEVEL:
+        config = _config(row)
+        if config.fp32:
             return False
-        kept = set(row["black_list"])
-        return bool(kept & self._risky()) or (self.underflow and str(row["loss_scale"]) != "none")
+        return bool(set(config.black_list) & self._risky()) or (
+            self.underflow and config.loss_scale != "none"
+        )
 
     def _risky(self) -> set[str]:
         """The classes at risk: the forecast's, and those the breaks so far named."""
         named = {cell.cell_class for entry in self.done.values() for cell in entry.localized}
         return set(self.at_risk) | named
 
-    def _next_batch(self, ranking: pd.DataFrame) -> list[tuple[Any, str, list[str]]]:
-        """``(key, why, trial ids)`` of what this round continues; empty when the answer is final.
+    def _candidates(self, ranking: pd.DataFrame) -> _Candidates:
+        """What this round continues; empty when the answer is final.
 
         The recommendation always; with evidence of what breaks (the forecast,
         or a class an earlier continuation's break named), also the best
@@ -156,24 +211,24 @@ class HorizonCheck:
         if recommended.empty:
             return []
         top = recommended.iloc[0]
-        key = config_key(top)
-        if key in self.done:
-            if self.done[key].held:
+        config = _config(top)
+        if config in self.done:
+            if self.done[config].held:
                 self.log.answer = str(top["label"])
             return []
         why = "the recommendation at the trials' end" if self._round == 1 else "the recommendation now"
-        batch = [(key, why, str(top["trial_ids"]).split())]
+        batch = [(config, why, str(top["trial_ids"]).split())]
         if self._favoured(top):
             return batch
-        between: list[tuple[Any, str, list[str]]] = []
+        between: _Candidates = []
         stable = ranking[(ranking["stability"] == "stable") & ~ranking["recommended"]]
         for _, row in stable.sort_values("rank").iterrows():
-            other = config_key(row)
-            if other in self.done or other == key:
+            other = _config(row)
+            if other in self.done or other == config:
                 continue
             ids = str(row["trial_ids"]).split()
             if self._favoured(row):
-                kept = ", ".join(sorted(set(row["black_list"]) & self._risky()))
+                kept = ", ".join(sorted(set(other.black_list) & self._risky()))
                 why = (
                     f"the evidence favours it (keeps {kept} in FP32)"
                     if kept
@@ -184,6 +239,41 @@ class HorizonCheck:
                 between.append((other, "a runner-up ranked above the evidence's favourite", ids))
         return batch
 
+    # configurations the grid lacked -------------------------------------------------------------
+    def _lacking(self) -> dict[Configuration, tuple[Continued, list[str]]]:
+        """After the last round: each broken configuration plus the classes its break named, where the
+        sweep has no such configuration yet (an FP32 break, or a class already in FP32, asks for none)."""
+        known = {t.configuration for t in self.plan.trials}
+        lacking: dict[Configuration, tuple[Continued, list[str]]] = {}
+        for entry in self.log.continued:
+            if entry.round != self._round - 1 or not entry.broke_at:
+                continue
+            broken = Configuration.from_row(entry.config)
+            named = sorted({cell.cell_class for cell in entry.localized} - set(broken.black_list))
+            wanted = broken.with_black_list([*broken.black_list, *named])
+            if named and not broken.fp32 and wanted not in known:
+                lacking.setdefault(wanted, (entry, named))
+        return lacking
+
+    def _add(self, lacking: dict[Configuration, tuple[Continued, list[str]]]) -> Batch:
+        """The trials of each lacking configuration, planned in the sweep's folder: the grid's trials of
+        the broken one (seeds, start, steps; each keeps its end state) with the classes in FP32."""
+        added: list[TrialConfig] = []
+        for config, (entry, named) in lacking.items():
+            self.log.added[config.name()] = (
+                f"added: {entry.label} broke in {', '.join(named)}, and the grid lacked it with "
+                f"{'that class' if len(named) == 1 else 'those classes'} in FP32"
+            )
+            broken = Configuration.from_row(entry.config)
+            parents = [t for t in self.plan.trials if t.configuration == broken]
+            added += [replace(parent, black_list=config.black_list) for parent in parents]
+        plan = self.plan
+        self.plan = replace(plan, trials=[*plan.trials, *added])
+        self.by_id.update((t.trial_id, t) for t in added)
+        self._limit += 1
+        return Batch(self.plan, self.out)
+
+    # running ------------------------------------------------------------------------------------
     def _source(self, trial_id: str) -> str:
         """The trained trial whose end state a (possibly copied) trial shares."""
         seen = set()
@@ -199,21 +289,20 @@ class HorizonCheck:
             trial_id = str(source)
         return trial_id
 
-    def _continuation(self, key: tuple[Any, ...], parent_id: str) -> tuple[TrialConfig, StartPoint] | None:
-        """The trial that continues ``parent_id``'s seed of configuration ``key`` to the horizon."""
+    def _continuation(self, config: Configuration, parent_id: str) -> tuple[TrialConfig, StartPoint] | None:
+        """The trial that continues ``parent_id``'s seed of ``config`` to the horizon."""
         parent = self.by_id.get(parent_id)
         if parent is None:
             return None
         snapshot = trial_snapshot(self._source(parent_id))
         if self.store.read_snapshot(snapshot) is None:
             return None  # a trial that broke, or one run before the sweep had a horizon
-        config = _config_dict(key)
         end = parent.start_step + parent.steps
         trial = replace(
             parent,
-            amp_level=config["amp_level"],
-            black_list=tuple(config["black_list"]),
-            clip=config["clip"],
+            amp_level=config.amp_level,
+            black_list=config.black_list,
+            clip=config.clip,
             start_step=end,
             start_from=snapshot,
             steps=self.horizon - end,
@@ -221,19 +310,15 @@ class HorizonCheck:
         )
         return trial, StartPoint(step=end, snapshot=snapshot)
 
-    # running ------------------------------------------------------------------------------------
-    def _run_round(
-        self, batch: list[tuple[Any, str, list[str]]], totals: SweepResult, pool: WorkerPool | None
-    ) -> None:
+    def _continue(self, batch: _Candidates) -> Batch | None:
+        """The round's continuations in ``horizon/``; None when none has an end state to start from."""
         trials: list[TrialConfig] = []
         starts: dict[str, StartPoint] = {}
-        entries: list[Continued] = []
-        for key, why, parents in batch:
-            entry = Continued(
-                label=name_of(_config_dict(key)), config=_config_dict(key), round=self._round, why=why
-            )
+        for config, why, parents in batch:
+            added = self.log.added.get(config.name())
+            entry = _entry(config, self._round, f"{why}; {added}" if added else why)
             for parent_id in parents:
-                made = self._continuation(key, parent_id)
+                made = self._continuation(config, parent_id)
                 if made is None:
                     continue
                 trial, point = made
@@ -244,20 +329,14 @@ class HorizonCheck:
                 trials.append(trial)
                 starts[point.snapshot] = point
                 entry.trial_ids.append(trial.trial_id)
-            entries.append(entry)
-        plan = SweepPlan(HORIZON_FOLDER, self.plan.workload_ref, self.plan.devices, trials, {}, starts)
-        if trials:
-            # no profile per round: the grid's own is the forecast, and the report shows that one
-            config = replace(self.config, profile=False)
-            totals.add_run(
-                run_sweep(plan, self.resolved_yaml, self.store.root, config, self.store.snapshot_folder, pool)
-            )
-        for (key, _, _), entry in zip(batch, entries, strict=True):
-            self._judge(entry, trials)
-            self.done[key] = entry
-            self.log.continued.append(entry)
-        self.log.trials_run += len(trials)
-        self._save()
+            self._running.append((config, entry))
+        if not trials:
+            return None
+        # no profile per round: the grid's own is the forecast, and the report shows that one
+        return Batch(
+            SweepPlan(HORIZON_FOLDER, self.plan.workload_ref, self.plan.devices, trials, {}, starts),
+            self.store.root,
+        )
 
     def _judge(self, entry: Continued, trials: list[TrialConfig]) -> None:
         """Each seed's last finite step, and where it broke, from the committed continuations."""
@@ -265,34 +344,18 @@ class HorizonCheck:
         for trial_id in entry.trial_ids:
             trial = by_id[trial_id]
             try:
-                row = self.continuations.trial_row(trial_id, ["outcome", "first_nonfinite_step"])
+                row = self.continuations.trial_row(trial_id, ["outcome", "first_nonfinite_step", "steps_run"])
             except (OSError, KeyError, ValueError):
                 continue
             seed = str(trial.seed)
             broke = row.get("first_nonfinite_step")
+            entry.held_to[seed] = held_to(trial.start_step, row.get("steps_run") or 0, broke)
             if row.get("outcome") == "completed" and broke is None:
-                entry.held_to[seed] = self.horizon
                 continue
-            at = int(broke) if broke is not None else trial.start_step
-            entry.broke_at[seed] = at
-            entry.held_to[seed] = max(at - 1, trial.start_step)
+            entry.broke_at[seed] = int(broke) if broke is not None else trial.start_step
             cell = self.continuations.localized_cell(trial_id)
             if cell is not None:
                 entry.localized.append(cell)
 
     def _save(self) -> None:
         self.store.write_text(HORIZON_FILE, encode_horizon(self.log))
-
-    def run(self, totals: SweepResult, pool: WorkerPool | None = None) -> SweepResult:
-        """Continue until the recommendation held (``pool``: the grid's workers, reused)."""
-        from ampsweep.analysis import analyze
-
-        limit = len(self.plan.trials) + 1  # every round continues at least one new configuration
-        while self._round < limit:
-            self._round += 1
-            batch = self._next_batch(analyze(self.store.root, figures=False).ranking)
-            if not batch:
-                break
-            self._run_round(batch, totals, pool)
-        self._save()
-        return totals

@@ -21,12 +21,16 @@ For each mixed-precision level (× dtype × loss scale) of the grid:
 Every probe is an ordinary trial with an ordinary id, committed like a grid
 trial, so a resumed search finds its earlier rounds committed and takes the
 same decisions again without rerunning them. ``search.json`` records the path.
+
+The search is a ``RoundSearch`` (``_rounds``): written as one generator that
+yields each round's batch where it needs results, so the steps above read in
+order while ``run_rounds`` runs every batch on the sweep's worker pool.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, TypeVar
 
 from ampsweep.contracts import (
     CONFIRM_FOLDER,
@@ -41,13 +45,11 @@ from ampsweep.contracts import (
 )
 from ampsweep.jobs import TrialConfig
 
-from .._config import RunConfig
 from .._result import SweepResult
-from ..cluster._launcher import run_sweep
-from ..cluster._pool import WorkerPool
 from ..planning._grid import equivalents
 from ..planning._plan import SweepPlan, starts_of
 from ..store._store import SweepStore
+from ._rounds import Batch
 from ._search_rules import (
     SeedEvidence,
     is_stable,
@@ -63,22 +65,19 @@ if TYPE_CHECKING:
     from ..planning._spec import SweepSpec
     from ..planning._workload_check import WorkloadFacts
 
+T = TypeVar("T")
+#: a step of the search: yields the batches it needs run, returns what it found
+Steps = Generator[Batch, None, T]
+
 
 class AdaptiveSearch:
-    """One adaptive search over a validated sweep; ``run`` returns what ``Sweep.run`` returns."""
+    """One adaptive search over a validated sweep (a ``RoundSearch``); ``totals`` is what ``Sweep.run`` returns."""
 
-    def __init__(
-        self, spec: SweepSpec, workload: WorkloadFacts, resolved_yaml: str, out: str, config: RunConfig
-    ) -> None:
+    def __init__(self, spec: SweepSpec, workload: WorkloadFacts, resolved_yaml: str, out: str) -> None:
         self.spec = spec
         self.workload = workload
         self.resolved_yaml = resolved_yaml
         self.out = out
-        self.config = config
-        # a round's end is not the sweep's: no FP32 profile after each (the CLI profiles once, at the end)
-        self.run_config = replace(config, profile=False)
-        #: the sweep's workers, reused by every round
-        self.pool: WorkerPool | None = None
         self.store = SweepStore(out, self.spec.name)
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
@@ -87,6 +86,18 @@ class AdaptiveSearch:
         grid = self.spec.grid
         self.seeds = list(grid.seed)
         self.search_clip = None if None in grid.clip else grid.clip[0]
+        self._steps = self._search()
+
+    def propose(self) -> Batch | None:
+        try:
+            return next(self._steps)
+        except StopIteration:
+            self.totals.total = len(self.planned) + self.confirmed_trials
+            self.totals.skipped = max(self.totals.total - self.totals.ran, 0)
+            return None
+
+    def observe(self, batch: Batch, ran: SweepResult) -> None:
+        self.totals.add_run(ran)  # the next step reads the verdicts from the committed trials
 
     # trials -------------------------------------------------------------------
     def _trial(
@@ -120,7 +131,7 @@ class AdaptiveSearch:
             loss_placement=family.loss_placement,
         )
 
-    def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> None:
+    def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> Steps[None]:
         """Run what is not committed yet; the plan written is every trial of the search so far."""
         target = store or self.store
         if target is self.store:
@@ -134,10 +145,7 @@ class AdaptiveSearch:
         same = equivalents(planned, self.workload.loss_only_classes)
         starts = starts_of(planned, self.workload.starts)
         plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
-        out = self.out if target is self.store else self.store.root
-        self.totals.add_run(
-            run_sweep(plan, self.resolved_yaml, out, self.run_config, self.store.snapshot_folder, self.pool)
-        )
+        yield Batch(plan, self.out if target is self.store else self.store.root)
 
     def _evidence(
         self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
@@ -176,11 +184,11 @@ class AdaptiveSearch:
         seeds: list[int] | None = None,
         steps: int | None = None,
         store: SweepStore | None = None,
-    ) -> tuple[SearchRound, list[SeedEvidence]]:
+    ) -> Steps[tuple[SearchRound, list[SeedEvidence]]]:
         store = store or self.store
         seeds = seeds or self.seeds
         trials = [self._trial(family, black, clip, seed, steps) for seed in seeds]
-        self._run(trials, store)
+        yield from self._run(trials, store)
         probe = SearchRound(
             round=len(family.rounds) + 1,
             phase=phase,
@@ -208,10 +216,10 @@ class AdaptiveSearch:
         seeds: list[int],
         steps: int | None = None,
         store: SweepStore | None = None,
-    ) -> None:
+    ) -> Steps[None]:
         """FP32 runs of every seed: what each probe's verdict is measured against."""
         trials = [self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL) for seed in seeds]
-        self._run(trials, store)
+        yield from self._run(trials, store)
 
     def _scale_remedies(self, family: SearchFamily) -> list[str]:
         """The loss scales to try when gradients underflow: dynamic, and a static 2^k that lifts the
@@ -222,12 +230,12 @@ class AdaptiveSearch:
 
     def _try_loss_scaling(
         self, family: SearchFamily, black: list[str]
-    ) -> tuple[SearchRound, list[SeedEvidence]]:
+    ) -> Steps[tuple[SearchRound, list[SeedEvidence]]]:
         """Probe each loss scale on ``black``; the family keeps the first that is stable (else the first)."""
         tried = []
         for scale in self._scale_remedies(family):
             family.loss_scale_added = scale
-            probe, evidence = self._probe(family, "loss scale", black, self.search_clip)
+            probe, evidence = yield from self._probe(family, "loss scale", black, self.search_clip)
             probe.decision = f"loss scale {scale}: {stability_phrase(evidence)}"
             if is_stable(evidence):
                 return probe, evidence
@@ -235,22 +243,22 @@ class AdaptiveSearch:
         family.loss_scale_added, probe, evidence = tried[0]
         return probe, evidence
 
-    def _grow(self, family: SearchFamily) -> list[str] | None:
+    def _grow(self, family: SearchFamily) -> Steps[list[str] | None]:
         black: list[str] = []
         refused: list[str] = []  # classes whose probe was not_applicable
-        probe, evidence = self._probe(family, "grow", black, self.search_clip)
+        probe, evidence = yield from self._probe(family, "grow", black, self.search_clip)
         while not is_stable(evidence):
             scaling = needs_loss_scaling(evidence, family.effective_loss_scale != "none")
             if scaling is not None:
                 probe.decision = scaling
-                probe, evidence = self._try_loss_scaling(family, black)
+                probe, evidence = yield from self._try_loss_scaling(family, black)
                 continue
             step = next_class(black, evidence, self.spec.search_rounds, refused)
             probe.decision = step.decision
             if step.add is None:
                 return None
             grown = [*black, step.add]
-            tried, tried_evidence = self._probe(family, "grow", grown, self.search_clip)
+            tried, tried_evidence = yield from self._probe(family, "grow", grown, self.search_clip)
             why = not_applicable(tried_evidence)
             if why is not None:
                 # the class could not be kept in FP32: that says nothing about whether it would
@@ -262,28 +270,28 @@ class AdaptiveSearch:
         probe.decision = probe.decision or stability_phrase(evidence)  # a loss-scale probe said its own
         return black
 
-    def _shrink(self, family: SearchFamily, black: list[str]) -> list[str]:
+    def _shrink(self, family: SearchFamily, black: list[str]) -> Steps[list[str]]:
         if not shrinkable(black):
             return black
         for name in list(black):
             candidate = [c for c in black if c != name]
-            probe, evidence = self._probe(family, "shrink", candidate, self.search_clip)
+            probe, evidence = yield from self._probe(family, "shrink", candidate, self.search_clip)
             stable = is_stable(evidence)
             probe.decision = shrink_decision(name, stable, not_applicable(evidence) is None)
             if stable:
                 black = candidate
         return black
 
-    def _confirm(self, family: SearchFamily, black: list[str]) -> None:
+    def _confirm(self, family: SearchFamily, black: list[str]) -> Steps[None]:
         confirm = self.spec.confirm
         clips = self._best_clips(family, black, confirm.top)
         seeds = self.seeds + [max(self.seeds) + 1 + i for i in range(confirm.seeds)]
         steps = self.spec.steps * confirm.steps_factor
         store = SweepStore(self.store.root, CONFIRM_FOLDER)
-        self._baselines(family, seeds, steps, store)
+        yield from self._baselines(family, seeds, steps, store)
         held = []
         for clip in clips:
-            probe, evidence = self._probe(family, "confirm", black, clip, seeds, steps, store)
+            probe, evidence = yield from self._probe(family, "confirm", black, clip, seeds, steps, store)
             ok = is_stable(evidence)
             probe.decision = "held" if ok else "did not hold"
             held.append(ok)
@@ -313,8 +321,8 @@ class AdaptiveSearch:
         self.log.trials_run = len(self.planned)
         self.store.write_text(SEARCH_FILE, encode_search(self.log))
 
-    def run(self, pool: WorkerPool | None = None) -> SweepResult:
-        self.pool = pool
+    def _search(self) -> Steps[None]:
+        """The search, from the baselines to the confirmation, family by family."""
         grid = self.spec.grid
         own = list(self.workload.own_classes)
         self.log.candidate_classes = own
@@ -329,17 +337,17 @@ class AdaptiveSearch:
         self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
         self.log.families = families
         for family in families:
-            self._baselines(family, self.seeds)
-            black = self._grow(family)
+            yield from self._baselines(family, self.seeds)
+            black = yield from self._grow(family)
             if black is None:
                 family.conclusion = "no stable black list found; the rounds below show why"
                 self._save()
                 continue
-            black = self._shrink(family, black)
+            black = yield from self._shrink(family, black)
             family.minimal_black_list = black
             for clip in grid.clip:
                 if clip != self.search_clip:
-                    probe, evidence = self._probe(family, "clip", black, clip)
+                    probe, evidence = yield from self._probe(family, "clip", black, clip)
                     probe.decision = stability_phrase(evidence)
             listed = ", ".join(black) if black else "nothing beyond MindSpore's default list"
             family.conclusion = f"minimal FP32 set: {listed}"
@@ -349,8 +357,5 @@ class AdaptiveSearch:
                 )
             self._save()
             if self.spec.confirm.seeds or self.spec.confirm.steps_factor > 1:
-                self._confirm(family, black)
+                yield from self._confirm(family, black)
             self._save()
-        self.totals.total = len(self.planned) + self.confirmed_trials
-        self.totals.skipped = max(self.totals.total - self.totals.ran, 0)
-        return self.totals
