@@ -52,9 +52,12 @@ class TrialWorker:
             overflow_mode=overflow_mode(setup.mindspore_target),
         )
 
+        from .training._snapshot import Snapshots
         from .training._trainer import GraphCache
 
         self.graphs = GraphCache()
+        #: the snapshots this actor's trials started from, decoded once each
+        self.snapshots = Snapshots()
 
     def info(self) -> dict[str, Any]:
         return {**vars(self.placement), "pid": os.getpid()}
@@ -78,15 +81,14 @@ class TrialWorker:
         from .training._trainer import run_trial
 
         workload_ref = self._here(workload_ref)
-        if start is not None and config.start_from:
-            from .training._snapshot import remember
-
-            remember(config.start_from, start)
+        params = (
+            self.snapshots.read(config.start_from, start) if start is not None and config.start_from else None
+        )
         started_at = datetime.now(timezone.utc)
-        result = run_trial(config, workload_ref, self.placement, self.graphs)
+        result = run_trial(config, workload_ref, self.placement, self.graphs, params)
         if config.localize and self.setup.exact_reruns:  # a replay must retrace the trial bit for bit
             replay_started = time.perf_counter()
-            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs)
+            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params)
             result.diagnose_s = time.perf_counter() - replay_started
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result

@@ -12,7 +12,7 @@ import yaml
 
 from ampsweep.contracts import PREFIX_SNAPSHOT, SNAPSHOT_FOLDER
 from ampsweep.jobs import TrialConfig
-from ampsweep.jobs.training._snapshot import checkpoint_bytes, remember
+from ampsweep.jobs.training._snapshot import Snapshots, checkpoint_bytes, read_checkpoint
 from ampsweep.jobs.training._trainer import run_trial
 from ampsweep.sweep import Sweep
 from ampsweep.sweep.cli import main
@@ -38,8 +38,8 @@ def test_a_forked_trial_continues_the_from_zero_run_at_global_steps():
     whole = run_trial(_fp32(50), TINY_REF)
     prefix = run_trial(_fp32(30, save_snapshot=True), TINY_REF)
     assert prefix.snapshot, "an FP32 prefix hands back its state"
-    remember("snap-test", prefix.snapshot)
-    forked = run_trial(_fp32(20, start_step=30, start_from="snap-test"), TINY_REF)
+    start = read_checkpoint(prefix.snapshot)
+    forked = run_trial(_fp32(20, start_step=30, start_from="snap-test"), TINY_REF, start=start)
     assert forked.outcome == "completed", forked.error
     got, want = _losses(forked), _losses(whole)
     assert sorted(got) == list(range(30, 50)), "steps are global: the first forked step is 30"
@@ -51,9 +51,12 @@ def test_a_forked_trial_continues_the_from_zero_run_at_global_steps():
 def test_trials_forked_in_one_process_all_start_from_the_snapshot():
     """A worker keeps the snapshot it read for its next trial: training must not write into it."""
     prefix = run_trial(_fp32(30, save_snapshot=True), TINY_REF)
-    remember("snap-shared", prefix.snapshot)
-    first = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF)
-    again = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF)
+    snapshots = Snapshots()  # the worker's: each trial gets the decoded parameters as an argument
+    start = snapshots.read("snap-shared", prefix.snapshot)
+    first = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
+    start = snapshots.read("snap-shared", prefix.snapshot)
+    assert start is snapshots.read("snap-shared", b"not read again")
+    again = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
     assert _losses(first) == _losses(again)
 
 

@@ -64,9 +64,9 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     build = trainer.trial_workload
 
-    def counting(config: TrialConfig, workload_ref: str) -> Any:
+    def counting(config: TrialConfig, workload_ref: str, start: Any = None) -> Any:
         seen.append(config.seed)
-        return build(config, workload_ref)
+        return build(config, workload_ref, start)
 
     monkeypatch.setattr(trainer, "trial_workload", counting)
     return seen

@@ -11,7 +11,8 @@ result stands, with no anomaly row.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -111,11 +112,13 @@ def diagnose(
     workload_ref: str,
     baseline: Hint,
     graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> pa.Table:
     """The ``anomalies`` table of one finished trial: zero or one row.
 
     ``graphs``: the worker's compiled steps, so the replay can run the steps it
     need not look at on the trial's own graph instead of compiling one.
+    ``start``: the trial's snapshot (``run_trial``'s), which its replays start from.
     """
     wanted = localize_mode(result, baseline)
     if wanted is None:
@@ -131,6 +134,7 @@ def diagnose(
             device_target=result.placement.device_target,
             until_step=until_step,
             graphs=graphs,
+            start=start,
         )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()

@@ -10,7 +10,8 @@ hooks (most of the twin's time) is skipped.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ampsweep.contracts import FORWARD_BLOWUP
 
@@ -30,7 +31,11 @@ if TYPE_CHECKING:
 
 
 def fp32_twin(
-    config: TrialConfig, workload_ref: str, finding: _Finding, graphs: GraphCache | None = None
+    config: TrialConfig,
+    workload_ref: str,
+    finding: _Finding,
+    graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> CellProbe | None:
     """What every Cell did at the finding's step in an FP32 replay from the same start.
 
@@ -42,14 +47,16 @@ def fp32_twin(
     fp32 = _fp32(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
     if compiled is None and graphs is not None and finding.step >= JIT_PREFIX_MIN_STEPS:
-        compiled = _worker_fp32_graph(fp32, workload_ref, graphs)
+        compiled = _worker_fp32_graph(fp32, workload_ref, graphs, start)
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
-        replay, early = _skip_ahead(fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs)
+        replay, early = _skip_ahead(
+            fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs, start
+        )
         if early is not None:
             replay.close()
             return None  # FP32 itself went non-finite before that step
     else:
-        replay = _Replay(fp32, workload_ref, finding.step + 1)
+        replay = _Replay(fp32, workload_ref, finding.step + 1, start)
         for _ in range(finding.step):
             replay.step(next(replay.batches))
     batch, event = next(replay.batches), finding.event
@@ -62,7 +69,9 @@ def fp32_twin(
     return probe
 
 
-def _worker_fp32_graph(fp32: TrialConfig, workload_ref: str, graphs: GraphCache) -> CompiledStep | None:
+def _worker_fp32_graph(
+    fp32: TrialConfig, workload_ref: str, graphs: GraphCache, start: Mapping[str, Any] | None
+) -> CompiledStep | None:
     """The worker's FP32 graph, built now and kept when it has none; its first step compiles it.
 
     An actor that started while every FP32 trial was taken (more actors than
@@ -77,7 +86,7 @@ def _worker_fp32_graph(fp32: TrialConfig, workload_ref: str, graphs: GraphCache)
     if held is not None:
         return held
     try:
-        step = CompiledStep(fp32, trial_workload(fp32, workload_ref))
+        step = CompiledStep(fp32, trial_workload(fp32, workload_ref, start))
     except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
         return None
     graphs.hold(fp32, workload_ref, step)

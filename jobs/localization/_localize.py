@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -157,15 +158,16 @@ def _nonfinite(
     limit: int,
     until_step: int | None,
     graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> _Finding | None:
     """Replay under the trial's policy to the first non-finite step; see the module docstring."""
     prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
         prefix = 0
-    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled, graphs)
+    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled, graphs, start)
     if early is not None:  # the prefix diverged earlier than the trial did: look at every step
-        replay = _Replay(config, workload_ref, limit)
+        replay = _Replay(config, workload_ref, limit, start)
         prefix = 0
     probe = replay.attach(CellProbe(backward=True))
     finding: _Finding | None = None
@@ -226,7 +228,9 @@ def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
     return float(np.linalg.norm(policy - fp32)) / denominator
 
 
-def _departure(config: TrialConfig, workload_ref: str, limit: int) -> tuple[_Finding, float] | None:
+def _departure(
+    config: TrialConfig, workload_ref: str, limit: int, start: Mapping[str, Any] | None
+) -> tuple[_Finding, float] | None:
     """Train the policy, compare with an FP32 twin at the same weights at each check step.
 
     ``replay_step`` of the finding is the check step: the comparison runs on
@@ -235,8 +239,8 @@ def _departure(config: TrialConfig, workload_ref: str, limit: int) -> tuple[_Fin
     checks = [s for s in DEPARTURE_CHECKS if s < limit]
     if not checks:
         return None
-    policy = _Replay(config, workload_ref, limit)
-    fp32 = _Replay(_fp32(config), workload_ref, 0)
+    policy = _Replay(config, workload_ref, limit, start)
+    fp32 = _Replay(_fp32(config), workload_ref, 0, start)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
     try:
@@ -293,6 +297,7 @@ def localize(
     max_steps: int | None = None,
     until_step: int | None = None,
     graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> pa.Table:
     """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
 
@@ -304,6 +309,7 @@ def localize(
     (default: ``config.steps``; departure: the last of ``DEPARTURE_CHECKS``
     that fits). ``graphs``: the worker's compiled steps; steps the replay need
     not look at then run on the trial's own graph, without compiling again.
+    ``start``: the parameters of the snapshot a forked trial starts from.
     ``device_target`` only goes into the note: the caller (the
     actor) has already selected the device; no backend-specific tool is used.
     """
@@ -316,7 +322,7 @@ def localize(
             limit = config.steps if max_steps is None else min(max_steps, config.steps)
             if until_step is not None:
                 limit = min(limit, until_step + 1 + UNTIL_MARGIN)
-            finding = _nonfinite(config, workload_ref, limit, until_step, graphs)
+            finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)
             if finding is None:
                 return _table([])
             if config.amp_level == FP32_LEVEL:
@@ -327,7 +333,7 @@ def localize(
                     "(fusion changes rounding in float32 too)"
                 )
             else:
-                twin = fp32_twin(config, workload_ref, finding, graphs)
+                twin = fp32_twin(config, workload_ref, finding, graphs, start)
                 blame_upstream(finding, twin)
                 compare_with_fp32(finding, finding.forward, twin)
                 finding.note.append(
@@ -338,7 +344,7 @@ def localize(
         else:
             limit = DEPARTURE_CHECKS[-1] + 1 if max_steps is None else max_steps
             limit = min(limit, config.steps)
-            found = _departure(config, workload_ref, limit)
+            found = _departure(config, workload_ref, limit, start)
             if found is None:
                 return _table([])
             finding, zero_fraction = found

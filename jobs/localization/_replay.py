@@ -9,7 +9,7 @@ cast network's parameters), so what the hooks see is the trial's own run.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
 from ..training._batches import batch_stream
+from ..training._snapshot import continue_scaler, snapshot_names
 from ..training._starts import start_key
 from ..training._step import CompiledStep, GraphCache, StateKey, make_scaler, scaler_state, training_state
 from ..training._trainer import skip_batches, trial_workload
@@ -55,19 +56,25 @@ class _Replay:
     network's parameters), so the weights and batches are the trial's own.
     """
 
-    def __init__(self, config: TrialConfig, workload_ref: str, steps: int) -> None:
+    def __init__(
+        self, config: TrialConfig, workload_ref: str, steps: int, start: Mapping[str, Any] | None = None
+    ) -> None:
         import mindspore as ms
         from mindspore.common import dtype as mstype
 
         from ..training._loss_cell import cast_for_trial
 
-        workload = trial_workload(config, workload_ref)  # a forked trial's replay starts at its snapshot
+        workload = trial_workload(
+            config, workload_ref, start
+        )  # a forked trial's replay starts at its snapshot
         self.loss_cell, _ = cast_for_trial(workload.network, workload.loss_fn, config)
         self.network = workload.network
         self.optimizer = workload.optimizer(workload.network.trainable_params())
         self.params = self.optimizer.parameters
         self.scaler = make_scaler(config.loss_scale)
         self.dynamic = type(self.scaler).__name__ == "DynamicLossScaler"
+        state = training_state(self.loss_cell, self.optimizer, self.scaler)
+        continue_scaler(snapshot_names(state), start, config.loss_scale)
         self._start(config, workload, steps)
         self._one = ms.Tensor(1.0, mstype.float32)
         scaler = self.scaler
@@ -92,7 +99,9 @@ class _Replay:
             float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
         )
 
-    def restart(self, config: TrialConfig, workload_ref: str, steps: int) -> None:
+    def restart(
+        self, config: TrialConfig, workload_ref: str, steps: int, start: Mapping[str, Any] | None = None
+    ) -> None:
         """Turn this replay into one of another trial of the same graph, to be fast-forwarded.
 
         Only the trial's own parts are new (workload, batches, clip). The
@@ -103,7 +112,7 @@ class _Replay:
         even in PyNative, compiled per instance): about 0.1 s of each
         diagnosis on one CPU core, and the network's build and cast.
         """
-        self._start(config, trial_workload(config, workload_ref), steps)
+        self._start(config, trial_workload(config, workload_ref, start), steps)
 
     def attach(self, probe: CellProbe) -> CellProbe:
         """Hook every Cell; only after any compiled prefix (hooks are for PyNative)."""
@@ -292,14 +301,16 @@ def _restore_mode(mode: Any) -> None:
 REPLAYS_KEPT = 2
 
 
-def _kept_replay(config: TrialConfig, workload_ref: str, limit: int, graphs: GraphCache) -> _Replay:
+def _kept_replay(
+    config: TrialConfig, workload_ref: str, limit: int, graphs: GraphCache, start: Mapping[str, Any] | None
+) -> _Replay:
     """The worker's replay of this trial's graph, restarted for this trial, or a new one it keeps."""
     key = (workload_ref, config.graph_id)
     replay = graphs.replays.pop(key, None)
     if replay is None:
-        replay = _Replay(config, workload_ref, limit)
+        replay = _Replay(config, workload_ref, limit, start)
     else:
-        replay.restart(config, workload_ref, limit)
+        replay.restart(config, workload_ref, limit, start)
     graphs.replays[key] = replay  # the most recently used last
     while len(graphs.replays) > REPLAYS_KEPT:
         graphs.replays.pop(next(iter(graphs.replays)))
@@ -313,6 +324,7 @@ def _skip_ahead(
     steps: int,
     compiled: CompiledStep | None,
     graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> tuple[_Replay, int | None]:
     """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
 
@@ -322,9 +334,9 @@ def _skip_ahead(
     is restarted instead of built: the fast-forward gives it the trial's state.
     """
     if compiled is not None and steps > 0 and graphs is not None:
-        replay = _kept_replay(config, workload_ref, limit, graphs)
+        replay = _kept_replay(config, workload_ref, limit, graphs, start)
     else:
-        replay = _Replay(config, workload_ref, limit)
+        replay = _Replay(config, workload_ref, limit, start)
     if compiled is not None:
         known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
         try:
@@ -332,7 +344,7 @@ def _skip_ahead(
         except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
             if graphs is not None:
                 graphs.replays.pop((workload_ref, config.graph_id), None)
-            replay = _Replay(config, workload_ref, limit)
+            replay = _Replay(config, workload_ref, limit, start)
     return replay, replay.jit_prefix(steps)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from ampsweep.contracts import FLOAT16_MAX, static_scale_for
 
 from .._config import TrialConfig
 from ..localization._replay import _ensure_pynative, _Replay, _restore_mode
-from ..training._snapshot import remember, snapshot_id
+from ..training._snapshot import read_checkpoint, snapshot_id
 from ._profile_hooks import CellProfile, Recorder, Watched
 
 if TYPE_CHECKING:
@@ -139,17 +140,18 @@ def profile(
     config = TrialConfig.fp32(
         workload_ref, seed, steps, workload_args=dict(workload_args or {}), abort_after=steps
     )
+    start = None
     if checkpoint is not None:
+        start = read_checkpoint(checkpoint)
         snapshot = "profile-" + snapshot_id(checkpoint)
-        remember(snapshot, checkpoint)
         config = dataclasses.replace(config, start_step=start_step, start_from=snapshot)
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is not None:
         try:
-            return _profile(config, workload_ref, steps, prefix_steps, samples, compiled)
+            return _profile(config, workload_ref, steps, prefix_steps, samples, start, compiled)
         except Exception:  # noqa: BLE001 - an odd workload: its own compile below still works
             pass
-    return _profile(config, workload_ref, steps, prefix_steps, samples)
+    return _profile(config, workload_ref, steps, prefix_steps, samples, start)
 
 
 def _profile(
@@ -158,13 +160,17 @@ def _profile(
     steps: int,
     prefix_steps: int,
     samples: int,
+    start: Mapping[str, Any] | None,
     compiled: CompiledStep | None = None,
 ) -> Profile:
-    """``compiled``: the worker's FP32 graph, to run the steps between samples without a compile."""
+    """``compiled``: the worker's FP32 graph, to run the steps between samples without a compile.
+
+    ``start``: the checkpoint's parameters, when the profile starts from one.
+    """
     mode = _ensure_pynative()
     recorder = Recorder()
     try:
-        replay = _Replay(config, workload_ref, prefix_steps + steps)
+        replay = _Replay(config, workload_ref, prefix_steps + steps, start)
         between = replay.jit_prefix if compiled is None else functools.partial(replay.on_graph, compiled)
         first = config.start_step
         bad = between(prefix_steps)

@@ -6,11 +6,12 @@ It sits in its own importable module because AMP's O1 rewrite and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mindspore import nn
 
-from ._amp import Fp32Part
+if TYPE_CHECKING:  # O1's rewrite imports this file as a top-level module: no relative import at run time
+    from ._amp import Fp32Part
 
 
 class NetworkWithLoss(nn.Cell):

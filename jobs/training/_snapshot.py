@@ -10,7 +10,10 @@ user's own checkpoint and ``start_from: {steps: N}``.
 Loading is by name into the workload's freshly built network and optimizer
 (FACTS: ``load_param_into_net(net, d)`` then ``load_param_into_net(opt, d)``).
 Snapshots travel as bytes (the driver puts them in Ray's object store), so a
-worker on another node never needs the driver's disk.
+worker on another node never needs the driver's disk; the worker decodes each
+once (:class:`Snapshots`) and hands the parameters to the trial as an
+argument. A trial's own end snapshot also carries its loss scaler
+(``loss_scaler.*``), so a continuation keeps the scale (:func:`continue_scaler`).
 """
 
 from __future__ import annotations
@@ -19,8 +22,13 @@ import dataclasses
 import hashlib
 import os
 import tempfile
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
+
+from ampsweep.contracts import parse_loss_scale
 
 from .._workload import Workload
 
@@ -30,28 +38,30 @@ CHECKPOINT_METADATA = frozenset(
 )
 
 
-#: Snapshots this process has read, by id: a worker's trials (and their replays) mostly share one.
-_READ: dict[str, dict[str, Any]] = {}
-_KEEP = 4
+#: Prefix of the loss scaler's entries in a snapshot (``loss_scaler.scale_value``, ``loss_scaler.counter``)
+SCALER_PREFIX = "loss_scaler."
 
 
-def remember(snapshot: str, data: bytes) -> None:
-    """Read a snapshot's bytes once for this process; ``recall`` then hands its parameters out."""
-    if snapshot in _READ:
-        return
-    while len(_READ) >= _KEEP:
-        _READ.pop(next(iter(_READ)))
-    _READ[snapshot] = read_checkpoint(data)
+class Snapshots:
+    """Snapshots one worker has decoded, by id, the most recently used last.
 
+    A worker's trials (and their replays) mostly start from one snapshot: it
+    is decoded once, and its parameters are handed to each trial as an
+    argument (``run_trial(start=...)``). The worker owns this object; nothing
+    is kept per process.
+    """
 
-def recall(snapshot: str) -> dict[str, Any]:
-    """The parameters of a snapshot ``remember`` read; ``RuntimeError`` when this process has none."""
-    try:
-        return _READ[snapshot]
-    except KeyError:
-        raise RuntimeError(
-            f"the trial starts from snapshot {snapshot}, which this worker was not given"
-        ) from None
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._read: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def read(self, snapshot: str, data: bytes) -> dict[str, Any]:
+        """The parameters of ``data`` (snapshot ``snapshot``), decoded once."""
+        params = self._read.pop(snapshot, None)
+        self._read[snapshot] = read_checkpoint(data) if params is None else params
+        while len(self._read) > self.keep:
+            self._read.popitem(last=False)
+        return self._read[snapshot]
 
 
 def snapshot_id(data: bytes) -> str:
@@ -109,7 +119,7 @@ def misfits(workload: Workload, params: Mapping[str, Any]) -> list[str]:
     if missing:
         problems.append("missing " + _few(missing))
     known = set(network) | set(optimizer) | CHECKPOINT_METADATA
-    unexpected = sorted(set(params) - known)
+    unexpected = sorted(n for n in set(params) - known if not n.startswith(SCALER_PREFIX))
     if unexpected:
         problems.append("unexpected " + _few(unexpected))
     # the network's own shapes first: an optimizer slot only mirrors its parameter's
@@ -161,5 +171,38 @@ def starting_from(workload: Workload, params: Mapping[str, Any]) -> Workload:
 
 
 def snapshot_of(state: Mapping[str, Any]) -> bytes:
-    """The training state after a prefix (``CompiledStep.named_state``), in the ``ModelCheckpoint`` form."""
+    """A trial's training state at its end (``CompiledStep.named_state``), in the ``ModelCheckpoint`` form."""
     return checkpoint_bytes(state)
+
+
+def snapshot_names(state: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
+    """Training state keyed ``(owner, name)`` under a snapshot's names.
+
+    The network's and the optimizer's under their plain names, as
+    ``ModelCheckpoint`` writes them; the loss scaler's under
+    :data:`SCALER_PREFIX`, so a continuation keeps the scale it reached.
+    """
+    return {(SCALER_PREFIX + name if owner == "scaler" else name): p for (owner, name), p in state.items()}
+
+
+def continue_scaler(targets: Mapping[str, Any], start: Mapping[str, Any] | None, loss_scale: str) -> None:
+    """Give a dynamic loss scaler the state its trial's snapshot carries: the scale and its count of good steps.
+
+    A continuation (the horizon's) starts from its trial's end snapshot; a new
+    scaler would restart at the initial scale, and the continuation would not
+    compute what the trial would have computed next. Only a dynamic scaler
+    continues, and only from a snapshot of a dynamic scaler: a static scale is
+    the configuration's own, and a snapshot without a scaler (an FP32 prefix,
+    the user's checkpoint) starts a new one. ``targets``: the Parameters under
+    the snapshot's names (:func:`snapshot_names`).
+    """
+    from mindspore import Tensor, ops
+
+    if start is None or parse_loss_scale(loss_scale).kind != "dynamic":
+        return
+    names = [SCALER_PREFIX + "scale_value", SCALER_PREFIX + "counter"]
+    if not all(name in start and name in targets for name in names):
+        return
+    for name in names:
+        dtype = targets[name].asnumpy().dtype
+        ops.assign(targets[name], Tensor(np.asarray(start[name].asnumpy()).astype(dtype)))

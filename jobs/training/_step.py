@@ -317,8 +317,10 @@ class CompiledStep:
             ops.assign(target[key], ms.Tensor(source.asnumpy()))
 
     def named_state(self) -> dict[str, Any]:
-        """Network parameters and optimizer state under their plain names: what a snapshot saves."""
-        return {name: param for (owner, name), param in self._state.items() if owner in ("net", "opt")}
+        """Network, optimizer and loss-scaler state under a snapshot's names: what a snapshot saves."""
+        from ._snapshot import snapshot_names
+
+        return snapshot_names(self._state)
 
     def clip_tensor(self, clip: float | None) -> Any:
         return self._tensor(_NO_CLIP if clip is None else clip, self._float32)

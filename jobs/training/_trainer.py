@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
-from ._snapshot import recall, snapshot_of, starting_from
+from ._snapshot import continue_scaler, snapshot_of, starting_from
 from ._starts import TrialStart, draw, start_key
 from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
 
@@ -242,18 +242,23 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
-def trial_workload(config: TrialConfig, workload_ref: str) -> Workload:
+def trial_workload(
+    config: TrialConfig, workload_ref: str, start: Mapping[str, Any] | None = None
+) -> Workload:
     """The workload as this trial starts it: seeded, built, and at its start step.
 
-    A forked trial loads its snapshot (``jobs.training._snapshot.remember`` read it
-    for this process); the factory positions its own data when it accepts
-    ``start_step``, else ``skip_batches`` says how many the trainer skips.
-    The trial and every replay of it (localization, its FP32 twin) start here.
+    A forked trial (``config.start_from``) loads ``start``, its snapshot's
+    parameters (the caller decoded them: ``jobs.training._snapshot.Snapshots``);
+    the factory positions its own data when it accepts ``start_step``, else
+    ``skip_batches`` says how many the trainer skips. The trial and every
+    replay of it (localization, its FP32 twin) start here.
     """
     seed_everything(config.seed)
     workload = build_workload(workload_ref, config.seed, config.workload_args, start_step=config.start_step)
     if config.start_from:
-        workload = starting_from(workload, recall(config.start_from))
+        if start is None:
+            raise RuntimeError(f"the trial starts from snapshot {config.start_from}, which was not given")
+        workload = starting_from(workload, start)
     return workload
 
 
@@ -263,7 +268,7 @@ def skip_batches(config: TrialConfig, workload: Workload) -> int:
 
 
 def _begin(
-    config: TrialConfig, workload_ref: str, cache: GraphCache
+    config: TrialConfig, workload_ref: str, cache: GraphCache, snapshot: Mapping[str, Any] | None
 ) -> tuple[CompiledStep, bool, Iterable[tuple[Any, ...]], float | None]:
     """The trial's graph with its starting state loaded, whether it was reused, its batches, its target loss.
 
@@ -281,7 +286,7 @@ def _begin(
         seed_everything(config.seed)  # what trial_workload does first
         step.load({**start.state, **scaler_state(config.loss_scale)})
         return step, True, start.batches, start.target_loss
-    workload = trial_workload(config, workload_ref)
+    workload = trial_workload(config, workload_ref, snapshot)
     state = start.state if start is not None else None
     if step is None:
         step, reused = CompiledStep(config, workload), False
@@ -309,8 +314,14 @@ def run_trial(
     workload_ref: str,
     placement: Placement | None = None,
     cache: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> TrialResult:
-    """Run one trial to a result; an exception becomes a ``failed`` result, never a crash."""
+    """Run one trial to a result; an exception becomes a ``failed`` result, never a crash.
+
+    ``start``: the parameters of the snapshot a forked trial starts from
+    (``config.start_from``), decoded by the caller. A dynamic loss scaler
+    continues from the state the snapshot carries (``continue_scaler``).
+    """
     placement = placement or local_placement()
     started = time.perf_counter()
     target_loss: float | None = None
@@ -318,12 +329,13 @@ def run_trial(
         _check_device_support(config, placement.device_target)
         batches: Iterable[tuple[Any, ...]]
         if cache is None:
-            workload = trial_workload(config, workload_ref)
+            workload = trial_workload(config, workload_ref, start)
             target_loss = workload.target_loss
             step, reused = CompiledStep(config, workload), False
             batches = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
         else:
-            step, reused, batches, target_loss = _begin(config, workload_ref, cache)
+            step, reused, batches, target_loss = _begin(config, workload_ref, cache, start)
+        continue_scaler(step.named_state(), start, config.loss_scale)
         metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
             compile_s = 0.0

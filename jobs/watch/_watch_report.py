@@ -67,13 +67,12 @@ def localize_from(
     exactly as a trial of the spec will (data positioned by ``start_step``).
     """
     from ..localization._localize import localize
-    from ..training._snapshot import remember, snapshot_id
+    from ..training._snapshot import read_checkpoint, snapshot_id
 
-    start, start_from = 0, None
+    start, start_from, params = 0, None, None
     if snapshot is not None:
         data = snapshot.path.read_bytes()
-        start_from = snapshot_id(data)
-        remember(start_from, data)
+        start_from, params = snapshot_id(data), read_checkpoint(data)
         start = snapshot.step
     until = max(0, failed_at - start)
 
@@ -81,10 +80,9 @@ def localize_from(
     config = _config(workload, workload_args, seed, policy, limit, start, start_from)
     # The user's graph and the replay's round float16 differently, so the replay may break a few
     # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
-    compiled_at = _first_nonfinite_compiled(config, workload, limit)
-    table = localize(
-        config, workload, mode="nonfinite", until_step=until if compiled_at is None else compiled_at
-    )
+    compiled_at = _first_nonfinite_compiled(config, workload, limit, params)
+    look_at = until if compiled_at is None else compiled_at
+    table = localize(config, workload, mode="nonfinite", until_step=look_at, start=params)
     compiled_step = None if compiled_at is None else start + compiled_at
     if table.num_rows == 0:
         return Finding(
@@ -105,11 +103,13 @@ def localize_from(
     )
 
 
-def _first_nonfinite_compiled(config: TrialConfig, workload: str, steps: int) -> int | None:
+def _first_nonfinite_compiled(
+    config: TrialConfig, workload: str, steps: int, params: dict[str, Any] | None
+) -> int | None:
     """The first step (counted from the start) at which a compiled replay's loss or gradients broke."""
     from ..localization._replay import _Replay
 
-    replay = _Replay(config, workload, steps)
+    replay = _Replay(config, workload, steps, params)
     try:
         return replay.jit_prefix(steps)
     finally:
