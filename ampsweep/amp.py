@@ -1,24 +1,18 @@
 """Keep chosen Cell classes in float32 under an AMP level, with MindSpore's public API only.
 
-MindSpore's own way, ``amp.custom_mixed_precision(net, black_list=...)``,
-wraps each listed Cell in a private wrapper that casts its output back to
-float16. That breaks on a Cell that returns a tuple (``nn.MultiheadAttention``)
-and on a parent that reads the listed child's attributes
-(``MultiheadAttention`` reads ``out_proj.weight``); and O2's wrappers around
-``LayerNorm``/``BatchNorm`` cast back to float16 inside a Cell meant to stay
-in float32. Code that reaches into those wrappers breaks on the next
-MindSpore release. :func:`keep_in_float32` builds the level from public parts
-instead (``Cell.to_float``, forward hooks, ``amp.get_black_list``,
-``amp.auto_mixed_precision`` for O1), and wherever MindSpore's own API also
-works it computes the same, bit for bit (``tests/test_keep_in_float32.py``).
-
-Use it in place of ``amp.auto_mixed_precision``::
+``amp.custom_mixed_precision(net, black_list=...)`` wraps each listed Cell in a
+private wrapper that casts its output back to float16: it breaks on a Cell that
+returns a tuple (``nn.MultiheadAttention``) and on a parent that reads the
+child's attributes (``out_proj.weight``), and code that reaches into the
+wrappers breaks on the next MindSpore release. :func:`keep_in_float32` builds
+the level from public parts (``Cell.to_float``, forward hooks,
+``amp.get_black_list``; O1 is ``amp.auto_mixed_precision``'s) and, wherever
+MindSpore's API works too, computes the same bit for bit
+(``tests/test_keep_in_float32.py``). Use it instead of ``auto_mixed_precision``::
 
     from ampsweep.amp import keep_in_float32
 
     net = keep_in_float32(net, (MyNorm, nn.MultiheadAttention), "O2")
-
-This module imports MindSpore only when called, so it costs nothing to import.
 """
 
 from __future__ import annotations
@@ -61,12 +55,10 @@ def outermost(paths: Sequence[str]) -> list[str]:
 
 
 def outputs_to(dtype: Any) -> Any:
-    """A forward hook that casts a Cell's floating outputs (a Tensor, or those in a tuple, list or dict) to ``dtype``.
+    """A forward hook that casts a Cell's floating outputs (a Tensor, or in a tuple, list or dict) to ``dtype``.
 
-    What MindSpore's wrappers around a black-listed Cell (back to float16) and
-    around the cast network (to float32) do, as a hook: nothing wraps the
-    Cell, so its attributes, keyword arguments and tuple outputs stay as they
-    are, and it runs under ``mindspore.jit`` too.
+    What MindSpore's wrappers do (back to float16 around a black-listed Cell,
+    to float32 around the network), without wrapping: under ``mindspore.jit`` too.
     """
     import mindspore as ms
 

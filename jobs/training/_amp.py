@@ -127,14 +127,11 @@ def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> 
 def _keep_names(cast: Any, names_before: dict[int, str]) -> None:
     """Give the cast Cell's parameters back the names they had before the cast.
 
-    O1's rewrite builds a new Cell class around the same Parameter objects
-    (about 0.7-0.8 s per cast of bench_vs_tune's MLP with its loss, where an
-    O2 cast takes a millisecond; measured 2026-12-05) and renames them by their path in it: a ``NetworkWithLoss`` cast as a whole
-    (``loss_placement: inside``) turned ``fc1.weight`` into
-    ``network.fc1.weight``. Every other level keeps the user's names, and
-    everything keyed by name expects them: a trial's starting values, read
-    from a fresh uncast build (a held graph's second trial failed on the
-    mismatch), the ``layers`` table, snapshots and checkpoints.
+    O1's rewrite builds new Cell classes around the same Parameters and
+    renames them by their path: a ``NetworkWithLoss`` cast whole turned
+    ``fc1.weight`` into ``network.fc1.weight``. Everything keyed by name
+    expects the user's: a trial's starting values (a held graph's second
+    trial failed on the mismatch), the ``layers`` table, snapshots.
     """
     for param in cast.get_parameters():
         before = names_before.get(id(param))

@@ -327,14 +327,8 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
-        batches: Iterable[tuple[Any, ...]]
-        if cache is None:
-            workload = trial_workload(config, workload_ref, start)
-            target_loss = workload.target_loss
-            step, reused = CompiledStep(config, workload), False
-            batches = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
-        else:
-            step, reused, batches, target_loss = _begin(config, workload_ref, cache, start)
+        # without a worker's cache, one for this trial alone: it builds what a fresh process builds
+        step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start)
         continue_scaler(step.named_state(), start, config.loss_scale)
         metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
