@@ -140,9 +140,8 @@ def profile(
     config = TrialConfig.fp32(
         workload_ref, seed, steps, workload_args=dict(workload_args or {}), abort_after=steps
     )
-    start = None
+    start = None if checkpoint is None else read_checkpoint(checkpoint)
     if checkpoint is not None:
-        start = read_checkpoint(checkpoint)
         snapshot = "profile-" + snapshot_id(checkpoint)
         config = dataclasses.replace(config, start_step=start_step, start_from=snapshot)
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None

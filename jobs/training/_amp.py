@@ -21,9 +21,8 @@ from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL
 def fp32_cells_mechanism(level: str, black_list: Sequence[Any]) -> str | None:
     """What kept ``black_list`` in float32 at ``level`` (the trials table's ``fp32_cells``).
 
-    :data:`FP32_CELLS_MECHANISM` (``cell.to_float(float32)`` per listed
-    instance, :func:`ampsweep.amp.keep_in_float32`), or None where nothing was
-    kept: O0 casts nothing, and an empty list keeps nothing.
+    :data:`FP32_CELLS_MECHANISM` (``to_float``, :func:`ampsweep.amp.keep_in_float32`), or None
+    where nothing was kept: O0 casts nothing, and an empty list keeps nothing.
     """
     return FP32_CELLS_MECHANISM if level != FP32_LEVEL and len(black_list) else None
 
@@ -104,11 +103,10 @@ def resolve_black_list(names: Sequence[str], known: dict[str, type]) -> list[typ
 def apply_amp(cell: Any, level: str, black_list: Sequence[type], dtype: str) -> Any:
     """Cast ``cell`` (network plus loss) for one policy and return it: :func:`ampsweep.amp.keep_in_float32`.
 
-    Around it, what only a sweep needs: O1's rewrite puts the network's
-    source folder on ``sys.path`` and leaves it there (a later ``import
-    mindcv`` in this process would find ``jobs/workloads/mindcv.py``), and it
-    renames the parameters (:func:`_keep_names`). A listed Cell that refuses
-    float32 raises ``ampsweep.amp.NotKeptInFloat32``: the trial is ``not_applicable``.
+    Around it, what a sweep needs: O1's rewrite leaves the network's source
+    folder on ``sys.path`` (a later ``import mindcv`` would find
+    ``jobs/workloads/mindcv.py``) and renames the parameters (:func:`_keep_names`).
+    ``ampsweep.amp.NotKeptInFloat32`` (a listed Cell refuses float32): ``not_applicable``.
     """
     from mindspore.common import dtype as mstype
 

@@ -188,13 +188,10 @@ def snapshot_names(state: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
 def continue_scaler(targets: Mapping[str, Any], start: Mapping[str, Any] | None, loss_scale: str) -> None:
     """Give a dynamic loss scaler the state its trial's snapshot carries: the scale and its count of good steps.
 
-    A continuation (the horizon's) starts from its trial's end snapshot; a new
-    scaler would restart at the initial scale, and the continuation would not
-    compute what the trial would have computed next. Only a dynamic scaler
-    continues, and only from a snapshot of a dynamic scaler: a static scale is
-    the configuration's own, and a snapshot without a scaler (an FP32 prefix,
-    the user's checkpoint) starts a new one. ``targets``: the Parameters under
-    the snapshot's names (:func:`snapshot_names`).
+    A continuation (the horizon's) must compute what its trial would have
+    computed next; a new scaler would restart the scale. A static scale is the
+    configuration's own, and a snapshot without a scaler (an FP32 prefix, the
+    user's checkpoint) starts a new one. ``targets``: :func:`snapshot_names`'s.
     """
     from mindspore import Tensor, ops
 

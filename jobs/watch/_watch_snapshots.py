@@ -203,10 +203,7 @@ def _mark(cell: Any) -> str:
 def _o2_black_list() -> list[str]:
     from mindspore import amp
 
-    try:
-        return [cls.__name__ for cls in amp.get_black_list()]
-    except Exception:  # noqa: BLE001 - an older MindSpore: the classes O2 has always kept
-        return ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm"]
+    return [cls.__name__ for cls in amp.get_black_list()]
 
 
 def loss_scale_of(manager: Any) -> str:
