@@ -71,8 +71,9 @@ def _model_note(amp_level: str) -> tuple[str, ...]:
 #: docstring and the error naming a Cell that refuses float32 (``tests/test_pasted_code.py``
 #: checks that both compute the same, bit for bit)
 KEEP_IN_FLOAT32 = (
-    "# `from ampsweep.amp import keep_in_float32`, or paste it (MindSpore's public API only). It replaces",
-    "# amp.auto_mixed_precision, which computes the same where it works but breaks on some listed Cells.",
+    "# keep_in_float32: `from ampsweep.amp import keep_in_float32` (pip install ampsweep), or paste it.",
+    "# MindSpore's public API only; under O2/O3 it replaces amp.auto_mixed_precision, which computes the",
+    "# same wherever it works, but wraps listed Cells (tuple outputs and attribute reads break).",
     'def keep_in_float32(network, classes, amp_level="O2", dtype=mstype.float16):',
     '    """Cast `network` for `amp_level` with every instance of `classes` (subclasses too) in float32."""',
     '    if amp_level == "O0":',
