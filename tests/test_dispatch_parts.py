@@ -13,7 +13,7 @@ from ampsweep.sweep._result import SweepResult
 from ampsweep.sweep.cluster._launcher import drive_trials
 from ampsweep.sweep.cluster._pool import WorkerPool
 from ampsweep.sweep.devices import AscendBackend
-from ampsweep.sweep.scheduling._fail_fast import FAIL_FAST_TRIALS, FailFastGate
+from ampsweep.sweep.scheduling._dispatch import FAIL_FAST_TRIALS, FailFastGate
 from benchmarks._standin import InProcessActors, QuietCluster
 from tests._trial import trial_config
 

@@ -1,7 +1,7 @@
 """Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit.
 
 Only the driver writes files; an actor that dies mid-trial loses only that
-attempt (``_dispatch``). A local cluster is Ray's own, with token authentication.
+attempt (``_pool``). A local cluster is Ray's own, with token authentication.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ from ampsweep.jobs import Placement, TrialConfig, TrialResult
 from .._config import FailurePolicy, RunConfig
 from .._errors import ClusterLost, Interrupted
 from ..devices import DeviceBackend, device_setup, discover
-from ._actors import Actors, RayActors
-from ._health import ClusterWatch
+from ._actors import Actors, ClusterWatch, RayActors
 
 if TYPE_CHECKING:
     from ..scheduling._dispatch import Dispatcher

@@ -20,16 +20,52 @@ from typing import TYPE_CHECKING, Any
 from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import Hint, Outcome, TrialConfig, TrialResult
 
+from .._errors import check_first_trials
 from ..planning._copies import CopyMap
 from ._baselines import Baselines
 from ._copies import Copies
-from ._fail_fast import FailFastGate
 from ._prefix import Forks
 from ._progress import SweepProgress
 from ._queue import TrialQueue
 
 if TYPE_CHECKING:
     from ..cluster._pool import Slot
+
+#: Trials whose results decide whether the workload itself is broken.
+FAIL_FAST_TRIALS = 3
+
+
+class FailFastGate:
+    """Holds the first results back; ``admit`` returns what may be recorded now.
+
+    A workload that raises on every trial (a typo in the user's factory, a
+    missing file) would otherwise fail the whole grid one trial at a time. If
+    the first ``FAIL_FAST_TRIALS`` results all failed alike (``check_first_trials``),
+    the sweep stops with one line and none of them is committed, so a fixed
+    workload reruns them. ``--keep-going`` turns the gate off.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self._held: list[TrialResult] | None = [] if enabled else None
+
+    def admit(self, result: TrialResult, committed: int, left: int) -> list[TrialResult]:
+        """``result`` and any held before it once the gate has decided; ``left``: trials not back yet.
+
+        Raises ``WorkloadBroken`` when the first results all failed alike.
+        """
+        if self._held is None:
+            return [result]
+        self._held.append(result)
+        if len(self._held) < min(FAIL_FAST_TRIALS, len(self._held) + left):
+            return []
+        return self.close(committed, left)
+
+    def close(self, committed: int, left: int) -> list[TrialResult]:
+        """Decide on what is held (a run with fewer trials than the gate waits for) and open."""
+        held, self._held = self._held or [], None
+        if held:
+            check_first_trials(held, committed, left + len(held))
+        return held
 
 
 class Dispatcher:
