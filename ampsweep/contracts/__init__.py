@@ -11,18 +11,15 @@ without importing ``sweep`` or ``jobs``.
 from __future__ import annotations
 
 from ._configuration import (
-    CONFIG_KEYS,
     NAME_SEPARATOR,
     Configuration,
     black_list_of,
     black_list_value,
     clip_name,
     clip_value,
-    config_key,
     level_name,
     loss_placement_name,
     loss_scale_name,
-    name_of,
 )
 from ._formulas import (
     FINAL_FRACTION,
@@ -153,9 +150,7 @@ __all__ = [
     "SEED_NOISE_FACTOR",
     "SILENT_RULE",
     "CHECKPOINT_SNAPSHOT",
-    "CONFIG_KEYS",
     "Continued",
-    "config_key",
     "HORIZON_FILE",
     "HORIZON_FOLDER",
     "HorizonLog",
@@ -205,7 +200,6 @@ __all__ = [
     "level_name",
     "loss_placement_name",
     "loss_scale_name",
-    "name_of",
     "Configuration",
     "black_list_of",
 ]

@@ -249,19 +249,3 @@ class Configuration:
             )
         graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind
         return graph
-
-
-# Deprecated: what the configuration's identity was spread over before :class:`Configuration`.
-# Kept only while ``sweep/`` still imports them; use the class instead.
-#: The configuration keys a continuation shares with the trials it continues (no device kind).
-CONFIG_KEYS = Configuration.FIELDS[:-1]
-
-
-def config_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Deprecated: ``Configuration.from_row(row).key`` without the device kind."""
-    return Configuration.from_row({k: row[k] for k in CONFIG_KEYS}).key[:-1]
-
-
-def name_of(config: Mapping[str, Any], spell: Iterable[str] = ()) -> str:
-    """Deprecated: ``Configuration.from_row(config).name(spell)``."""
-    return Configuration.from_row(config).name(spell)
