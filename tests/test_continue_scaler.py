@@ -9,6 +9,9 @@ over both stretches. Everything compared here runs now, in this process.
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +76,31 @@ def test_only_a_dynamic_scaler_continues_and_a_replay_starts_where_the_trial_did
     # a static scale is the configuration's own, whatever the snapshot says
     static = run_trial(dataclasses.replace(config, loss_scale="static:1024"), TINY, start=start)
     assert set(_scales(static)) == {1024.0}
+
+
+_WORKER = """
+import dataclasses, json, sys
+from ampsweep.jobs._placement import DeviceSetup
+from ampsweep.jobs._worker import TrialWorker
+from ampsweep.jobs.training._snapshot import snapshot_id
+from tests.test_continue_scaler import AFTER, FIRST, TINY, _dynamic, _scales
+
+worker = TrialWorker(0, DeviceSetup("cpu", "CPU"))  # first: it sets the device up
+trial = worker.run(_dynamic(FIRST, save_snapshot=True), TINY)
+config = _dynamic(AFTER, start_step=FIRST, start_from=snapshot_id(trial.snapshot))
+continued = worker.run(config, TINY, start=trial.snapshot)
+unseen = dataclasses.replace(config, steps=AFTER - 1)  # a start this worker never built
+print(json.dumps([_scales(trial), _scales(continued), continued.error, worker.run(unseen, TINY).error]))
+"""
+
+
+def test_a_worker_hands_the_snapshot_it_was_given_to_the_continuation() -> None:
+    """``TrialWorker.run(start=bytes)``: the actor decodes the snapshot itself and passes it on (a process of its own)."""
+    root = Path(__file__).parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER], capture_output=True, text=True, check=True, cwd=root
+    ).stdout
+    trial, continued, error, without = json.loads(out.strip().splitlines()[-1])
+    assert error is None and continued[0] < 2**20 and continued[0] in trial
+    assert continued == _scales(run_trial(_dynamic(FIRST + AFTER), TINY))[FIRST:]
+    assert without.startswith("RuntimeError: the trial starts from snapshot")
