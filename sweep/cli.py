@@ -1,7 +1,7 @@
 """The ``ampsweep`` command: plan, run, report, profile.
 
 Every user error (a bad spec, a bad flag) is one line on stderr and exit code
-2, raised before anything is written or Ray is started.
+2, raised before anything is written; a Ray started beside the check is shut down.
 """
 
 from __future__ import annotations
@@ -36,13 +36,9 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; a whole number > 0") from None
-    if value <= 0:
+    if not text.strip().isdecimal() or int(text) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not allowed; a whole number > 0")
-    return value
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -235,15 +231,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> Sweep:
-    """The validated sweep in the file at ``path``; for a new local sweep, Ray starts meanwhile.
+    """The validated sweep in ``path``; for a new local sweep, built while Ray starts (``beside_local_start``).
 
-    The spec's shape and the workload file's existence come first: a typo
-    costs no cluster start. Then the workload is built on a thread while the
-    local Ray starts (``beside_local_start``). Only for a sweep folder that
-    does not exist yet on this machine's disk, where the folder's refusals
+    The spec's shape and the workload's file first: a typo costs no cluster
+    start. Only a sweep folder not on disk yet, where none of the refusals
     ``run_sweep`` makes before Ray starts (another live driver, another sweep's
-    settings) cannot apply and no trial is done already; any other run keeps
-    ``run_sweep``'s order.
+    settings, nothing left to run) can apply; any other run keeps its order.
     """
     spec = read_spec(path)
     resolve_workload(spec, path.parent)
@@ -355,11 +348,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _out_of_space(args: argparse.Namespace, exc: OSError) -> int:
-    """A full disk outside the store (whose own writes stop with ``OutOfSpace``): the report, profile.json.
-
-    One line naming the file and the command that writes it again:
-    ``ampsweep report DIR`` for a report file, else the same command.
-    """
+    """A full disk outside the store (the report, profile.json): one line, the file and the command that
+    writes it again (``ampsweep report DIR`` for a report file, else the same command)."""
     reason = os.strerror(exc.errno) if exc.errno else str(exc)
     target = Path(exc.filename) if isinstance(exc.filename, str) else None
     what = f"could not write to {args.out}" if args.command == "run" else "could not write a file"

@@ -7,6 +7,7 @@ not need Ray: run side by side, the first trial waits for the longer of the two.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -19,20 +20,20 @@ from typing import Any, TypeVar
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # where Ray keeps the token instead, when set
 PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"  # Ray's processes inherit the driver's choice
+#: the user's own protobuf backend, read before MindSpore's import picks one (None: not chosen)
+_CHOSEN_PROTOBUF = os.environ.get(PROTOBUF_ENV)
 
 T = TypeVar("T")
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
-    """Join a cluster or start a local one for this sweep.
+    """Join a cluster (with its own authentication setting, ``docs/cluster.md``) or start a local one.
 
-    A local cluster is Ray's own ``ray.init(address="local")``, which turns
-    token authentication on: anyone who can reach an unauthenticated Ray port
-    can run code as this user, so a sweep opens none unless the user turned
-    authentication off themselves (``RAY_AUTH_MODE=disabled``), and then it
-    says so. Joining a cluster follows that cluster's own setting
-    (``docs/cluster.md``). Never a bare ``ray.init()``: it silently attaches to
-    any cluster whose address another tool left in ``/tmp/ray``.
+    A local cluster is Ray's own ``ray.init(address="local")``, with token
+    authentication: anyone who reaches an open Ray port can run code as this
+    user, so a sweep opens none unless the user turned it off (and then says
+    so). Never a bare ``ray.init()``: it attaches to any cluster whose address
+    another tool left in ``/tmp/ray``.
     """
     import ray
 
@@ -51,17 +52,27 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
                 f"unset {AUTH_MODE_ENV} to require Ray's token"
             )
         cpus = max(os.cpu_count() or 1, workers or 0)
-        ray.init(address="local", num_cpus=cpus, include_dashboard=False, **common)
+        before = os.environ.get(PROTOBUF_ENV)
+        if _CHOSEN_PROTOBUF is None and importlib.util.find_spec("google._upb") is not None:
+            # Ray's own processes never import MindSpore: they keep protobuf's default, not the slower
+            # pure-Python backend MindSpore's import picks (bench_startup times Ray's start on both). The
+            # job's workers, which do import MindSpore, get MindSpore's choice.
+            env_vars = {PROTOBUF_ENV: before or "python", **common.get("runtime_env", {}).get("env_vars", {})}
+            common["runtime_env"] = {**common.get("runtime_env", {}), "env_vars": env_vars}
+            os.environ[PROTOBUF_ENV] = "upb"
+        try:
+            ray.init(address="local", num_cpus=cpus, include_dashboard=False, **common)
+        finally:  # this process's own choice again
+            if before is None:
+                os.environ.pop(PROTOBUF_ENV, None)
+            else:
+                os.environ[PROTOBUF_ENV] = before
     keep_token_private()
 
 
 def keep_token_private() -> None:
-    """Make Ray's token file 600, saying so in one line, when others can read it.
-
-    Ray writes ``~/.ray/auth_token`` with the umask's mode, 644 by default: any
-    user of the machine could read the token, join the cluster and run code as
-    the sweep's user, which is what the token is there to prevent.
-    """
+    """Make Ray's token file 600, saying so in one line, when others can read it: Ray writes it 644, and
+    any user of the machine could read it, join the cluster and run code as the sweep's user."""
     path = Path(os.environ.get(TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
     try:
         mode = path.stat().st_mode & 0o777
@@ -76,12 +87,10 @@ def keep_token_private() -> None:
 def beside_local_start(work: Callable[[], T], workers: int | None, runtime_env: dict[str, Any] | None) -> T:
     """``work()`` on a thread while this (main) thread starts a local Ray, as Ray wants; what it returned.
 
-    When ``work`` raises (a workload that cannot be built), its error goes on,
-    before any of Ray's own, and Ray is shut down first: a refused sweep
-    leaves no cluster behind. ``import mindspore`` picks protobuf's backend for
-    the environment when none is: midway through Ray's start, Ray's processes
-    would differ. Picked first, as MindSpore would (2.7's modules need it once
-    Ray has loaded protobuf), every process is as when MindSpore came first.
+    When ``work`` raises (a workload that cannot be built), Ray is shut down and
+    that error goes on, before any of Ray's own: a refused sweep leaves no
+    cluster. Protobuf's backend is picked first, as ``import mindspore`` would
+    (2.7's modules need it once Ray has loaded protobuf), not midway.
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray

@@ -155,12 +155,8 @@ class SweepSpec(BaseModel):
     @field_validator("devices")
     @classmethod
     def _device_kinds(cls, value: str | list[str]) -> str | list[str]:
-        kinds = ("ascend", "gpu", "cpu")
-        if isinstance(value, str):
-            if value != "auto" and value not in kinds:
-                raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of ascend, gpu, cpu")
-            return value
-        if not value or any(kind not in kinds for kind in value) or len(set(value)) != len(value):
+        listed = [] if value == "auto" else [value] if isinstance(value, str) else value or [""]
+        if any(kind not in ("ascend", "gpu", "cpu") for kind in listed) or len(set(listed)) != len(listed):
             raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of distinct ascend, gpu, cpu")
         return value
 
@@ -179,9 +175,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part in ("literal['auto']", "list[literal['ascend','gpu','cpu']]") or str(part).startswith(
-            ("literal[", "list[", "float", "none", "int", "str")
-        ):
+        elif str(part).startswith(("literal[", "list[", "float", "none", "int", "str")):
             continue  # pydantic's union-branch labels say nothing to a user
         else:
             path += f".{part}" if path else str(part)
@@ -202,9 +196,7 @@ def _allowed_from(error: Mapping[str, Any]) -> str:
 def validation_error_to_spec_error(exc: ValidationError) -> SpecError:
     """The first pydantic error as one line: field, bad value, what is allowed."""
     error = exc.errors()[0]
-    value = error.get("input")
-    if error["type"] == "missing":
-        value = None
+    value = None if error["type"] == "missing" else error.get("input")
     return SpecError(_field_path(tuple(error["loc"])) or "spec", value, _allowed_from(error))
 
 

@@ -92,9 +92,7 @@ class Starts:
             missing = [seed for seed in spec.grid.seed if seed not in start.checkpoint]
             if missing:
                 raise SpecError(
-                    "start_from.checkpoint",
-                    start.checkpoint,
-                    f"no checkpoint for seed {missing[0]} of the grid",
+                    "start_from.checkpoint", start.checkpoint, f"no checkpoint for seed {missing[0]}"
                 )
 
     def _checkpoint_point(
@@ -137,13 +135,3 @@ class Starts:
         if point is None:
             raise SpecError("start_from.checkpoint", start.checkpoint, f"no checkpoint for seed {seed}")
         return point
-
-    def sentence(self) -> str:
-        """How the trials start, in words (``ampsweep plan``)."""
-        start = self.spec.start_from
-        if start is None:
-            return ""
-        if start.steps is not None:
-            return f"trials start at step {start.steps:,} from an FP32 prefix (one per seed)"
-        step = next(iter(self._by_checkpoint.values())).step
-        return f"trials start at step {step:,} from the checkpoint {start.checkpoint}"

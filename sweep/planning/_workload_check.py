@@ -102,9 +102,8 @@ def _check_enough_batches(spec: SweepSpec, batches: object) -> None:
     """A list or tuple of batches shorter than a trial: known now, so refused now, before anything is written.
 
     A trial draws one batch per step and fails when a plain iterable ends (a
-    dataset pipeline is repeated over epochs, a generator's length is unknown);
-    a forked trial also draws the batches of its prefix, which a factory that
-    takes ``start_step`` skips itself, so forks are left to the trial.
+    dataset pipeline repeats, a generator's length is unknown); a fork's prefix
+    batches are skipped by a factory that takes ``start_step``: left to the trial.
     """
     if spec.start_from is not None or not isinstance(batches, (list, tuple)):
         return
