@@ -218,8 +218,7 @@ class AdaptiveSearch:
         store: SweepStore | None = None,
     ) -> Steps[None]:
         """FP32 runs of every seed: what each probe's verdict is measured against."""
-        trials = [self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL) for seed in seeds]
-        yield from self._run(trials, store)
+        yield from self._run([self._fp32_of(family, seed, steps) for seed in seeds], store)
 
     def _scale_remedies(self, family: SearchFamily) -> list[str]:
         """The loss scales to try when gradients underflow: dynamic, and a static 2^k that lifts the
