@@ -12,7 +12,7 @@ the previous one's shutdown.
 Each benchmark's figures also go to ``benchmarks/results/<name>.json``, for a
 later run to compare against without reading Markdown. A module that writes
 that file itself during its run (``bench_late``, ``bench_watch``,
-``bench_limit``, ``bench_launcher``: richer figures than its tables) keeps
+``bench_limit``, ``bench_launcher``, ``bench_startup``: richer figures than its tables) keeps
 it; for any other the runner writes the section's tables, parsed from its
 Markdown. Only full-size runs write it: the tiny smoke-test figures mean nothing.
 """

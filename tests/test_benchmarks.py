@@ -101,6 +101,12 @@ EXPECTED: dict[str, list[str]] = {
         "Compiles vs distinct (worker, graph) pairs",
         "### Where the start-up goes (demo)",
     ],
+    "bench_startup": [
+        "## Start-up by part, against Ray's own start (bench_startup)",
+        "(the issue's yardstick) |",
+        "**ampsweep's share beyond Ray's start and shutdown**",
+        "| the workload check ran on another thread, during `ray.init` |",
+    ],
     "bench_watch": [
         "## Watch: cost on a healthy run, and NaN to spec (bench_watch)",
         "without Watch (**baseline**)",
@@ -156,6 +162,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         "bench_horizon",
         "bench_limit",
         "bench_launcher",
+        "bench_startup",
         "bench_capture",
         "bench_compiles",
         "bench_launch",
