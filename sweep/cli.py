@@ -272,8 +272,7 @@ def _cmd_pull(args: argparse.Namespace) -> int:
         raise SpecError("source", args.source, f"a sweep folder with a trials/ folder ({exc})") from None
     result = pull(source, args.destination)
     print(
-        f"pulled {result.copied} new trials into {result.destination} "
-        f"({result.already_there} were already there)"
+        f"pulled {result.copied} new trials into {result.destination} ({result.already_there} were already there)"
     )
     return 0
 
@@ -285,8 +284,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         status = sweep_status(args.sweep_dir)
     except FileNotFoundError as exc:
         raise SpecError("sweep_dir", args.sweep_dir, f"a sweep folder OUT/<name> ({exc})") from None
-    for line in status.lines():
-        print(line)
+    print("\n".join(status.lines()))
     return 0
 
 
@@ -295,9 +293,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     sweep = Sweep.from_yaml(args.spec)
     result = profile_sweep(sweep, args.steps)
-    lines = [as_json_line(result)] if args.json else render(sweep.name, result)
-    for line in lines:
-        print(line)
+    print("\n".join([as_json_line(result)] if args.json else render(sweep.name, result)))
     return 0
 
 

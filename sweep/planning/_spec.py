@@ -183,13 +183,11 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 
 
 def _allowed_from(error: Mapping[str, Any]) -> str:
-    message = str(error["msg"])
+    message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         return "unknown key (check the spelling; see docs/spec.md)"
     if error["type"] == "missing":
         return "this field is required"
-    if message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
     return message[0].lower() + message[1:]
 
 

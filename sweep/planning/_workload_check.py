@@ -63,11 +63,10 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     cells = [workload.network, workload.loss_fn]
     _check_black_lists(spec, cells)
     _check_enough_batches(spec, workload.batches)
-    in_network = set(network_cell_types([workload.network]))
-    in_loss = set(network_cell_types([workload.loss_fn]))
+    in_network, in_loss = (set(network_cell_types([cell])) for cell in cells)
     starts = Starts(spec, workload, spec_dir)
     return WorkloadFacts(
-        reference, tuple(sorted(network_cell_types(cells))), frozenset(in_loss - in_network), starts
+        reference, tuple(sorted(in_network | in_loss)), frozenset(in_loss - in_network), starts
     )
 
 
