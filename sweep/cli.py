@@ -233,9 +233,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> Sweep:
     """The validated sweep in ``path``; for a new local sweep, built while Ray starts (``beside_local_start``).
 
-    The spec's shape and the workload's file first: a typo costs no cluster
-    start. Only a sweep folder not on disk yet, where none of the refusals
-    ``run_sweep`` makes before Ray starts (another live driver, another sweep's
+    The spec's shape and the workload's file first: a typo costs no cluster start. Only for a folder not
+    on disk yet, where no refusal ``run_sweep`` makes before Ray starts (a live driver, another sweep's
     settings, nothing left to run) can apply; any other run keeps its order.
     """
     spec = read_spec(path)

@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-#: Ray's switch for token authentication. Unset, a local ``ray.init`` turns it on (Ray 2.59 and
-#: later) and keeps the token in ``~/.ray/auth_token``, creating it on a first start.
+#: Ray's switch for token authentication; unset, a local ``ray.init`` turns it on (Ray 2.59 and later)
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # where Ray keeps the token instead, when set
 PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"  # Ray's processes inherit the driver's choice

@@ -1,15 +1,13 @@
 """Which trials are copied instead of trained: decided once, here, before any trial runs.
 
 A trial need not train when it would compute, bit for bit, what another trial
-computes. Two such cases, each with the condition under which the copy holds
-(the reasons are the ``copy_reason`` values, ``COPY_REASONS``):
+computes. Two such cases (the ``copy_reason`` values, ``COPY_REASONS``):
 
 - ``equivalent``: a trial equivalent to another (``SweepPlan.equivalent_to``:
   a black list, dtype or loss placement under O0) on that trial's compiled
-  graph. The same graph, seed, clip, data and start compute the same numbers:
-  it always holds. An equivalent on a graph of its own (a loss-only class
-  under ``loss_placement: outside``) is trained, last, since it only confirms
-  what the ranking already counts once.
+  graph: the same graph, seed, clip, data and start compute the same numbers.
+  An equivalent on a graph of its own (a loss-only class under
+  ``loss_placement: outside``) trains, last: it only confirms what is counted once.
 - ``clip_never_reached``: trials that differ only in their clip compute the
   same numbers until the first step whose gradient norm lies between their
   thresholds. The loosest of such a group trains; each tighter one is held

@@ -1,10 +1,9 @@
 """Resuming and extending a sweep under the same name, and refusing to mix two sweeps.
 
-Trial ids hash every setting that changes a step, so rerunning a spec runs
-only what is not committed, and adding a clip value or a seed runs only the
-new trials. The settings outside the grid apply to every trial: changing one
-under the same name would mix two different sweeps in one folder, so it is
-refused, naming what changed.
+Trial ids hash every setting that changes a step: a rerun runs only what is not
+committed, a new clip value or seed only the new trials. A setting outside the
+grid applies to every trial: changing it under the same name would mix two
+sweeps in one folder, so it is refused, naming what changed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The sweep file: parsed with ``yaml.safe_load`` and validated before Ray starts.
+"""The sweep file: parsed with ``yaml.safe_load``, its shapes and enumerations checked by pydantic.
 
-Validation is two-stage: pydantic checks shapes and enumerations, then the
-workload is imported once so black-list names can be checked against the Cell
-classes it really uses. Both stages raise ``SpecError`` with one line.
+The workload is checked next (``_workload_check``: black-list names against
+the Cell classes it really uses); both stages raise a one-line ``SpecError``.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """``start_from``: where each seed's trials start, resolved before anything runs.
 
-A late divergence (NaN after a few epochs) would otherwise make every trial
-re-train the same FP32 prefix. With ``{steps: N}`` one FP32 run per seed (O0,
-no clip, no scaling) trains N steps once and saves a snapshot; with
-``{checkpoint: PATH}`` the user's own ``ModelCheckpoint`` file is the snapshot.
-Either way every trial of the seed loads it and trains ``steps`` more, its
-data continuing at step N.
-
-A snapshot is named by its content: a prefix by what makes it (workload, its
-arguments, seed, N, the MindSpore version), a checkpoint by its bytes. That
-name goes into each trial's id, so resume and a later sweep with the same
-prefix find the snapshot and the trials they already ran.
+A late divergence would otherwise make every trial re-train the same FP32
+prefix. With ``{steps: N}`` one FP32 run per seed (O0, no clip, no scaling)
+trains N steps once and saves a snapshot; with ``{checkpoint: PATH}`` the
+user's ``ModelCheckpoint`` file is it. Every trial of the seed loads it and
+trains ``steps`` more, its data continuing at step N. A snapshot is named by
+its content (a prefix by what makes it and the MindSpore version, a checkpoint
+by its bytes), and so are the trials' ids: resume and later sweeps find both.
 """
 
 from __future__ import annotations
