@@ -15,7 +15,7 @@ import pytest
 
 from ampsweep.jobs import Baseline, PendingBaseline
 from ampsweep.sweep.scheduling._baselines import Baselines
-from ampsweep.sweep.cluster._pool import Slot
+from ampsweep.sweep.scheduling._slot import Slot
 from tests._trial import trial_config
 
 

@@ -56,7 +56,7 @@ def fp32_part(
     if loss_placement == "inside":
         found += [("loss_fn" + (f".{p}" if p else ""), c) for p, c in listed_cells(loss_fn, classes)]
     by_path = dict(found)
-    paths = outermost(by_path)
+    paths = outermost(list(by_path))
     seen: set[int] = set()
     params = 0
     for path in paths:

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import queue
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ampsweep.jobs import Placement, TrialConfig, TrialResult
@@ -31,6 +29,7 @@ from ampsweep.jobs import Placement, TrialConfig, TrialResult
 from .._config import FailurePolicy, RunConfig
 from .._errors import ClusterLost, Interrupted
 from ..devices import DeviceBackend, device_setup, discover
+from ..scheduling._slot import Slot
 from ._actors import Actors, ClusterWatch, RayActors
 
 if TYPE_CHECKING:
@@ -40,27 +39,6 @@ if TYPE_CHECKING:
 NO_ACTOR_TIMEOUT_S = 300.0
 #: How long the loop waits for a finished call before it checks the cluster and Ctrl-C again.
 _TICK_S = 1.0
-
-
-@dataclass
-class Slot:
-    """One place trials run (a device and its actor); its actor is replaced when it dies."""
-
-    backend: DeviceBackend
-    index: int
-    ordinal: int
-    actor: Any = None
-    ready: bool = False
-    deaths: int = 0
-    gone: bool = False
-    #: the graphs its actor compiled (the dispatcher prefers their trials)
-    graphs: set[str] = field(default_factory=set)
-    #: the calls sent to the current actor and not answered yet, oldest (the running one) first
-    calls: deque[Any] = field(default_factory=deque)
-
-    def runs(self, call: Any) -> bool:
-        """Whether the actor runs ``call`` now: the oldest call it has not answered."""
-        return bool(self.calls) and self.calls[0] is call
 
 
 class WorkerPool:

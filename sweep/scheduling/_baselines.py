@@ -16,7 +16,7 @@ from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import Baseline, Hint, PendingBaseline, TrialConfig, TrialResult
 
 if TYPE_CHECKING:
-    from ..cluster._pool import Slot
+    from ._slot import Slot
 
 
 class Baselines:

@@ -29,7 +29,7 @@ from ._progress import SweepProgress
 from ._queue import TrialQueue
 
 if TYPE_CHECKING:
-    from ..cluster._pool import Slot
+    from ._slot import Slot
 
 #: Trials whose results decide whether the workload itself is broken.
 FAIL_FAST_TRIALS = 3
