@@ -146,15 +146,6 @@ class Configuration:
         "loss_placement",
         "device_kind",
     )
-    #: what makes the same compiled graph (with the workload): the clip and a static scale's value are state,
-    #: so trials that differ only there share one network and one compile; of the loss scale only its kind counts
-    GRAPH_FIELDS: ClassVar[tuple[str, ...]] = (
-        "amp_level",
-        "black_list",
-        "dtype",
-        "loss_placement",
-        "loss_scale",
-    )
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -235,7 +226,7 @@ class Configuration:
         return replace(self, device_kind=device_kind)
 
     def graph_fields(self) -> dict[str, Any]:
-        """The :data:`GRAPH_FIELDS` values that decide the compiled graph (with the workload).
+        """The fields that decide the compiled graph (with the workload); the clip is state, not graph.
 
         O0 casts nothing: every black list, dtype and loss placement builds the
         same FP32 graph, so they are left out and one compile serves them all.

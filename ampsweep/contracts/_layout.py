@@ -50,14 +50,9 @@ def is_data_file(base_name: str) -> bool:
     return base_name.endswith(_SUFFIX) and not base_name.startswith((".", "_"))
 
 
-def is_committed_name(base_name: str) -> bool:
-    """Whether a file name under ``trials/`` marks a committed trial."""
-    return is_data_file(base_name)
-
-
 def committed_ids(base_names: list[str] | set[str]) -> set[str]:
     """Trial ids from a listing of the files under ``trials/``."""
-    return {name[: -len(_SUFFIX)] for name in base_names if is_committed_name(name)}
+    return {name[: -len(_SUFFIX)] for name in base_names if is_data_file(name)}
 
 
 def trial_row_path(trial_id: str) -> str:

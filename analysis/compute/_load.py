@@ -17,14 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ampsweep.contracts import (
     HORIZON_FOLDER,
     PLAN_FILE,
-    TRIAL_PARTITION_KEY,
     TRIALS_SCHEMA,
     Configuration,
     black_list_of,
@@ -42,10 +40,6 @@ _INTEGER_KEYS = ("seed",)
 DEFAULT_LOSS_PLACEMENT = "inside"
 #: Grouping keys: an unknown value is one group (""), not a dropped row.
 _GROUP_KEYS = ("workload", "amp_level", "loss_scale", "dtype", "device_kind")
-
-#: Partition key type is pinned to string: hash ids such as ``"0123"`` would
-#: otherwise be inferred as integers and lose their leading zeros.
-TRIAL_PARTITIONING = ds.partitioning(pa.schema([(TRIAL_PARTITION_KEY, pa.string())]), flavor="hive")
 
 
 def _pandas_dtype(name: str, kind: pa.DataType) -> str:
@@ -87,10 +81,8 @@ class SweepInventory:
 
     has_trials_dir: bool
     has_steps_dir: bool
-    has_layers_dir: bool
     #: trials in ``plan.json``; None when the folder has no readable plan
     expected_trials: int | None
-    committed_trials: int
     #: ids with step data but no ``trials/`` row: an interrupted or running trial.
     debris_ids: list[str] = field(default_factory=list)
     #: committed trials that have no step data at all.
@@ -242,10 +234,8 @@ def inventory(sweep_dir: str | Path, trial_ids: Iterable[str]) -> SweepInventory
     return SweepInventory(
         has_trials_dir=loc.is_dir("trials"),
         has_steps_dir=loc.is_dir("steps"),
-        has_layers_dir=loc.is_dir("layers"),
         has_anomalies_dir=loc.is_dir("anomalies"),
         expected_trials=None if plan is None else len(plan),
-        committed_trials=len(committed),
         debris_ids=sorted(step_ids - committed),
         trials_without_steps=sorted(committed - step_ids),
         missing_ids=[] if plan is None else [t for t in plan if t not in committed],

@@ -92,7 +92,6 @@ class TrialAccumulator:
     """
 
     def __init__(self, n_rows: int, target: float) -> None:
-        self._n_rows = n_rows
         self._final_from = n_rows - final_loss_rows(n_rows)
         self._target = target
         self._rows = 0

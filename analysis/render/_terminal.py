@@ -36,8 +36,6 @@ __all__ = ["HEADERS", "TOP_COLUMNS", "render_terminal", "terminal_table", "top_r
 
 #: Width when stdout is not a terminal (a log file, a pipe).
 PIPE_WIDTH = 100
-#: Narrowest width the layout is made for; a narrower terminal still gets lines that fit.
-MIN_WIDTH = 80
 HEADERS = ("#", "configuration", "seeds", "clip", "to target", "final loss", "why here")
 
 
