@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from .._errors import SpecError
-from ._base import DeviceBackend, device_setup
-from .ascend import AscendBackend
-from .cpu import CpuBackend
-from .gpu import GpuBackend
+from ._base import AscendBackend, CpuBackend, DeviceBackend, GpuBackend, device_setup
 
 DEVICE_KINDS = ("ascend", "gpu", "cpu")
 

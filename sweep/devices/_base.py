@@ -1,4 +1,4 @@
-"""What the launcher needs to know about one kind of device, and how an actor is set up."""
+"""What the launcher needs to know about each kind of device, and how an actor is set up."""
 
 from __future__ import annotations
 
@@ -21,6 +21,52 @@ class DeviceBackend(Protocol):
 
     def actor_options(self) -> dict[str, Any]:
         """``ray.remote`` options that pin one actor to one device."""
+
+
+class AscendBackend:
+    """Ascend actors: Ray's ``NPU`` resource sets ``ASCEND_RT_VISIBLE_DEVICES`` per actor."""
+
+    kind = "ascend"
+    mindspore_target = "Ascend"
+    visible_devices_env: str | None = "ASCEND_RT_VISIBLE_DEVICES"
+
+    def available(self, resources: dict[str, float]) -> int:
+        return int(resources.get("NPU", 0))
+
+    def actor_options(self) -> dict[str, Any]:
+        return {"resources": {"NPU": 1}, "num_cpus": 0}
+
+
+class GpuBackend:
+    """GPU actors: Ray's ``num_gpus=1`` sets ``CUDA_VISIBLE_DEVICES`` to the one it assigned."""
+
+    kind = "gpu"
+    mindspore_target = "GPU"
+    visible_devices_env: str | None = "CUDA_VISIBLE_DEVICES"
+
+    def available(self, resources: dict[str, float]) -> int:
+        return int(resources.get("GPU", 0))
+
+    def actor_options(self) -> dict[str, Any]:
+        return {"num_gpus": 1, "num_cpus": 0}
+
+
+class CpuBackend:
+    """CPU actors: one per core, each pinned so MindSpore processes do not thrash."""
+
+    kind = "cpu"
+    mindspore_target = "CPU"
+    visible_devices_env: str | None = None
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def available(self, resources: dict[str, float]) -> int:
+        cores = int(resources.get("CPU", 1))
+        return max(1, min(self.workers or cores, cores))
+
+    def actor_options(self) -> dict[str, Any]:
+        return {"num_cpus": 1}
 
 
 def device_setup(

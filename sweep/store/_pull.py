@@ -26,7 +26,7 @@ from ampsweep.contracts import (
     trial_row_path,
 )
 
-from ._store import SweepStore, open_filesystem
+from ._store import SweepStore, open_filesystem, read_bytes
 
 
 class SweepSource(Protocol):
@@ -69,11 +69,7 @@ class FileSystemSource:
         return found
 
     def read(self, relative: str) -> bytes | None:
-        path = f"{self.root}/{relative}"
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as stream:
-            return stream.read()
+        return read_bytes(self.fs, f"{self.root}/{relative}")
 
 
 def _head_node_id() -> str:

@@ -47,6 +47,14 @@ def open_filesystem(out: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(out)
 
 
+def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:
+    """A file's bytes, or None when it does not exist."""
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return stream.read()
+
+
 class SweepStore:
     """The folder ``OUT/<sweep-name>/`` of one sweep; only the driver writes it."""
 
@@ -141,37 +149,29 @@ class SweepStore:
         self.write_bytes(relative, text.encode())
 
     def write_bytes(self, relative: str, data: bytes) -> None:
+        self._write_bytes_at(self.path(relative), data)
+
+    def _write_bytes_at(self, path: str, data: bytes) -> None:
         def write(tmp: str) -> None:
             with self.fs.open_output_stream(tmp) as stream:
                 stream.write(data)
 
-        self._atomic_write(self.path(relative), write)
+        self._atomic_write(path, write)
 
     def read_text(self, relative: str) -> str | None:
         """A file's text, or None when it does not exist."""
-        path = self.path(relative)
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as stream:
-            return stream.read().decode()
+        data = read_bytes(self.fs, self.path(relative))
+        return None if data is None else data.decode()
 
     def snapshot_path(self, snapshot: str) -> str:
         """Where a snapshot lives: ``OUT/_snapshots/<id>.ckpt``, beside (not inside) the sweep folder."""
         return f"{self.snapshot_folder}/{snapshot}.ckpt"
 
     def read_snapshot(self, snapshot: str) -> bytes | None:
-        path = self.snapshot_path(snapshot)
-        if self.fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with self.fs.open_input_stream(path) as stream:
-            return stream.read()
+        return read_bytes(self.fs, self.snapshot_path(snapshot))
 
     def write_snapshot(self, snapshot: str, data: bytes) -> None:
-        def write(tmp: str) -> None:
-            with self.fs.open_output_stream(tmp) as stream:
-                stream.write(data)
-
-        self._atomic_write(self.snapshot_path(snapshot), write)
+        self._write_bytes_at(self.snapshot_path(snapshot), data)
 
     def committed(self) -> set[str]:
         """Ids of trials whose ``trials/`` row exists."""
@@ -206,23 +206,25 @@ class SweepStore:
         table = pq.read_table(self.path(trial_row_path(trial_id)), columns=columns, filesystem=self.fs)
         return table.slice(0, 1).to_pylist()[0]
 
-    def gradient_absmax(self, trial_id: str) -> float | None:
-        """The largest finite gradient element its sampled steps saw (``layers.grad_absmax``)."""
+    def _part(self, table: str, trial_id: str, columns: list[str] | None = None) -> pa.Table | None:
+        """A committed trial's ``table`` file; None where it is missing or cannot be read."""
         try:
-            column = pq.read_table(
-                self.path(part_path("layers", trial_id)), columns=["grad_absmax"], filesystem=self.fs
-            ).column("grad_absmax")
+            return pq.read_table(self.path(part_path(table, trial_id)), columns=columns, filesystem=self.fs)
         except (FileNotFoundError, OSError, pa.ArrowException):
             return None
-        values = [v for v in column.to_pylist() if v is not None and math.isfinite(v)]
+
+    def gradient_absmax(self, trial_id: str) -> float | None:
+        """The largest finite gradient element its sampled steps saw (``layers.grad_absmax``)."""
+        table = self._part("layers", trial_id, ["grad_absmax"])
+        if table is None:
+            return None
+        values = [v for v in table.column("grad_absmax").to_pylist() if v is not None and math.isfinite(v)]
         return max(values) if values else None
 
     def localized_cell(self, trial_id: str) -> LocalizedCell | None:
         """The Cell the trial's localization replay named (its ``anomalies`` row), if any."""
-        try:
-            rows = pq.read_table(self.path(part_path("anomalies", trial_id)), filesystem=self.fs).to_pylist()
-        except (FileNotFoundError, OSError, pa.ArrowException):
-            return None
+        table = self._part("anomalies", trial_id)
+        rows = [] if table is None else table.to_pylist()
         return LocalizedCell.from_row(rows[0]) if rows else None
 
     def baselines(self, trials: list[TrialConfig], done: set[str]) -> Baselines:
@@ -239,13 +241,8 @@ class SweepStore:
 
     def _losses(self, trial_id: str) -> Any:
         """A committed trial's per-step losses; None where its ``steps`` file cannot be read."""
-        try:
-            table = pq.read_table(
-                self.path(part_path("steps", trial_id)), columns=["loss"], filesystem=self.fs
-            )
-        except (FileNotFoundError, OSError, pa.ArrowException):
-            return None
-        return table.column("loss").to_numpy(zero_copy_only=False)
+        table = self._part("steps", trial_id, ["loss"])
+        return None if table is None else table.column("loss").to_numpy(zero_copy_only=False)
 
     def clear_trial_folder(self, table: str, trial_id: str) -> None:
         """Remove what an interrupted write left under an uncommitted trial."""
