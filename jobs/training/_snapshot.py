@@ -170,11 +170,6 @@ def starting_from(workload: Workload, params: Mapping[str, Any]) -> Workload:
     return dataclasses.replace(workload, optimizer=optimizer)
 
 
-def snapshot_of(state: Mapping[str, Any]) -> bytes:
-    """A trial's training state at its end (``CompiledStep.named_state``), in the ``ModelCheckpoint`` form."""
-    return checkpoint_bytes(state)
-
-
 def snapshot_names(state: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
     """Training state keyed ``(owner, name)`` under a snapshot's names.
 

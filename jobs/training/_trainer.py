@@ -35,7 +35,7 @@ from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
-from ._snapshot import continue_scaler, snapshot_of, starting_from
+from ._snapshot import checkpoint_bytes, continue_scaler, starting_from
 from ._starts import TrialStart, draw, start_key
 from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
 
@@ -333,7 +333,7 @@ def run_trial(
         metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
             compile_s = 0.0
-        snapshot = snapshot_of(step.named_state()) if config.save_snapshot and abort_at is None else None
+        snapshot = checkpoint_bytes(step.named_state()) if config.save_snapshot and abort_at is None else None
     except Exception as exc:  # a trial's failure must not stop the sweep
         if cache is not None:
             cache.forget(config, workload_ref)  # its state may be half-reset
