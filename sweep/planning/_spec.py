@@ -37,15 +37,15 @@ class Grid(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    amp_level: list[AmpLevel] = Field(default_factory=lambda: [FP32_LEVEL, "O2"])
-    black_list: list[list[str]] = Field(default_factory=lambda: [[]])
-    clip: list[float | None] = Field(default_factory=lambda: [None])
-    loss_scale: list[str] = Field(default_factory=lambda: ["none"])
-    dtype: list[DType] = Field(default_factory=lambda: ["float16"])
-    seed: list[StrictInt] = Field(default_factory=lambda: [0])  # strict: YAML's `true` is not seed 1
+    amp_level: list[AmpLevel] = [FP32_LEVEL, "O2"]
+    black_list: list[list[str]] = [[]]
+    clip: list[float | None] = [None]
+    loss_scale: list[str] = ["none"]
+    dtype: list[DType] = ["float16"]
+    seed: list[StrictInt] = [0]  # strict: YAML's `true` is not seed 1
     #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
     #: hand-written loop); ``inside``: the loss cell is cast with the network
-    loss_placement: list[LossPlacement] = Field(default_factory=lambda: ["outside"])
+    loss_placement: list[LossPlacement] = ["outside"]
 
     @field_validator("clip")
     @classmethod
