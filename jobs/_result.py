@@ -21,10 +21,6 @@ from ._placement import Placement
 from .training._amp import Fp32Part, fp32_cells_mechanism
 
 
-def _empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()
-
-
 @dataclass
 class TrialResult:
     """One finished trial, as the actor measured it."""
@@ -40,9 +36,9 @@ class TrialResult:
     wall_s: float = 0.0
     error: str | None = None
     traceback: str | None = None
-    steps: pa.Table = field(default_factory=lambda: _empty(STEPS_SCHEMA))
-    layers: pa.Table = field(default_factory=lambda: _empty(LAYERS_SCHEMA))
-    anomalies: pa.Table = field(default_factory=lambda: _empty(ANOMALIES_SCHEMA))
+    steps: pa.Table = field(default_factory=STEPS_SCHEMA.empty_table)
+    layers: pa.Table = field(default_factory=LAYERS_SCHEMA.empty_table)
+    anomalies: pa.Table = field(default_factory=ANOMALIES_SCHEMA.empty_table)
     #: (zero_fraction, underflow_fraction) of the sampled gradients, see ``TrialMetrics``
     gradient_fractions: tuple[float | None, float | None] = (None, None)
     #: an FP32 prefix run's training state at its end (``TrialConfig.save_snapshot``), checkpoint bytes

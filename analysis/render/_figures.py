@@ -147,17 +147,7 @@ def layer_maxima(data: LayerFigureData | None, key: str) -> FigureImage | None:
         vals = layer.absmax
         ok = np.isfinite(vals) & (vals > 0)
         line = ax.plot(layer.steps[ok], vals[ok], marker=".", ms=3, lw=1, label=plot_text(layer.name))[0]
-        bad = ~np.isfinite(vals)
-        if bad.any():
-            ax.plot(
-                layer.steps[bad],
-                np.full(bad.sum(), marker_y),
-                ls="none",
-                marker="x",
-                ms=7,
-                color=line.get_color(),
-            )
-            shown_bad = True
+        shown_bad = _nonfinite_marks(ax, layer.steps, vals, marker_y, line.get_color(), size=7) or shown_bad
     if float16:
         ax.axhline(FLOAT16_MAX, color="red", ls=":", lw=1, label="float16 max (65504)")
     if data.first_nonfinite is not None:
@@ -178,11 +168,13 @@ def layer_maxima(data: LayerFigureData | None, key: str) -> FigureImage | None:
     )
 
 
-def _nonfinite_marks(ax: Any, steps: np.ndarray, values: np.ndarray, y: float, colour: str) -> bool:
+def _nonfinite_marks(
+    ax: Any, steps: np.ndarray, values: np.ndarray, y: float, colour: str, size: int = 6
+) -> bool:
     """An x at height ``y`` on every step whose value is not finite; whether there was one."""
     bad = ~np.isfinite(values)
     if bad.any():
-        ax.plot(steps[bad], np.full(bad.sum(), y), ls="none", marker="x", ms=6, color=colour)
+        ax.plot(steps[bad], np.full(bad.sum(), y), ls="none", marker="x", ms=size, color=colour)
     return bool(bad.any())
 
 
