@@ -169,7 +169,7 @@ def layer_maxima(data: LayerFigureData | None, key: str) -> FigureImage | None:
 
 
 def _nonfinite_marks(
-    ax: Any, steps: np.ndarray, values: np.ndarray, y: float, colour: str, size: int = 6
+    ax: Any, steps: np.ndarray, values: np.ndarray, y: float, colour: Any, size: int = 6
 ) -> bool:
     """An x at height ``y`` on every step whose value is not finite; whether there was one."""
     bad = ~np.isfinite(values)
