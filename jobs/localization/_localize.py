@@ -294,7 +294,6 @@ def localize(
     *,
     mode: str,
     device_target: str = "CPU",
-    max_steps: int | None = None,
     until_step: int | None = None,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
@@ -305,10 +304,10 @@ def localize(
     overflow), ``mode="departure"`` for one that stayed finite but learned
     clearly worse than FP32. ``until_step`` is the jitted run's first
     non-finite step, if known: the replay then stops ``UNTIL_MARGIN`` steps
-    after it instead of running the whole trial. ``max_steps`` caps the replay
-    (default: ``config.steps``; departure: the last of ``DEPARTURE_CHECKS``
-    that fits). ``graphs``: the worker's compiled steps; steps the replay need
-    not look at then run on the trial's own graph, without compiling again.
+    after it instead of running the whole trial; a departure replay runs to
+    the last of ``DEPARTURE_CHECKS`` that fits. ``graphs``: the worker's
+    compiled steps; steps the replay need not look at then run on the
+    trial's own graph, without compiling again.
     ``start``: the parameters of the snapshot a forked trial starts from.
     ``device_target`` only goes into the note: the caller (the
     actor) has already selected the device; no backend-specific tool is used.
@@ -319,7 +318,7 @@ def localize(
     previous = _ensure_pynative()
     try:
         if mode == "nonfinite":
-            limit = config.steps if max_steps is None else min(max_steps, config.steps)
+            limit = config.steps
             if until_step is not None:
                 limit = min(limit, until_step + 1 + UNTIL_MARGIN)
             finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)
@@ -342,8 +341,7 @@ def localize(
                 )
             zero_fraction = finding.event.stats.zero_fraction
         else:
-            limit = DEPARTURE_CHECKS[-1] + 1 if max_steps is None else max_steps
-            limit = min(limit, config.steps)
+            limit = min(DEPARTURE_CHECKS[-1] + 1, config.steps)
             found = _departure(config, workload_ref, limit, start)
             if found is None:
                 return _table([])
