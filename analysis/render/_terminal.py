@@ -22,7 +22,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -39,11 +39,10 @@ PIPE_WIDTH = 100
 HEADERS = ("#", "configuration", "seeds", "clip", "to target", "final loss", "why here")
 
 
-def terminal_width(stream: TextIO | None = None) -> int:
-    """The terminal's width when ``stream`` (stdout) is a terminal, else :data:`PIPE_WIDTH`."""
-    stream = sys.stdout if stream is None else stream
+def terminal_width() -> int:
+    """The terminal's width when stdout is a terminal, else :data:`PIPE_WIDTH`."""
     try:
-        tty = stream.isatty()
+        tty = sys.stdout.isatty()
     except (AttributeError, ValueError):
         tty = False
     return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if tty else PIPE_WIDTH

@@ -71,7 +71,7 @@ def _overflowing_input(name: str, value: Any) -> float | None:
     return float(finite.max()) if name == "exp" else float(np.abs(finite).max())
 
 
-def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:
+def replay_inside(event: Event) -> Inside | None:
     """Re-run a Cell whose finite inputs gave a non-finite output, watching the ops inside it.
 
     The Cell's ``construct`` runs again in PyNative on the inputs its forward
@@ -84,10 +84,9 @@ def replay_inside(event: Event, ops_module: Any = None) -> Inside | None:
     """
     if event.cell is None or event.inputs is None:
         return None
-    if ops_module is None:
-        import mindspore
+    import mindspore
 
-        ops_module = mindspore.ops
+    ops_module = mindspore.ops
     seen = Inside()
     largest: list[float] = []
     originals = {name: getattr(ops_module, name) for name in INNER_OPS if hasattr(ops_module, name)}

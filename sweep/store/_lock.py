@@ -64,12 +64,11 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def is_live(lock: LockInfo, now: float | None = None) -> bool:
+def is_live(lock: LockInfo) -> bool:
     """Whether the driver that wrote ``lock`` is still running."""
-    now = time.time() if now is None else now
     if lock.host == socket.gethostname():
         return lock.pid != os.getpid() and _pid_alive(lock.pid)
-    return now - lock.heartbeat < STALE_AFTER_S
+    return time.time() - lock.heartbeat < STALE_AFTER_S
 
 
 class DriverLock:
