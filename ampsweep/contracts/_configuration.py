@@ -97,9 +97,6 @@ def level_name(amp_level: Any, dtype: Any = DEFAULT_DTYPE, *, spell_dtype: bool 
     return level
 
 
-_DEFAULTS = {"loss_scale": "none", "dtype": DEFAULT_DTYPE, "loss_placement": "outside", "device_kind": ""}
-
-
 def black_list_of(value: Any) -> tuple[str, ...]:
     """A black list from any form a table or a spec holds it in, sorted and deduplicated.
 
@@ -136,24 +133,17 @@ class Configuration:
     loss_placement: str = "outside"
     device_kind: str = ""
 
-    #: every field, in the order a user chooses them (and a table row carries them)
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "amp_level",
-        "black_list",
-        "clip",
-        "loss_scale",
-        "dtype",
-        "loss_placement",
-        "device_kind",
-    )
+    #: every field, in the order a user chooses them (and a table row carries them): set below the class
+    FIELDS: ClassVar[tuple[str, ...]]
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "amp_level", str(self.amp_level))
         set_(self, "black_list", black_list_of(self.black_list))
         set_(self, "clip", None if missing(self.clip) else float(self.clip))  # type: ignore[arg-type]
-        for name, default in _DEFAULTS.items():
-            set_(self, name, _text(getattr(self, name), default))
+        for field in fields(self):
+            if isinstance(field.default, str):  # a text field: empty or missing takes its default
+                set_(self, field.name, _text(getattr(self, field.name), field.default))
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Configuration:
@@ -240,3 +230,6 @@ class Configuration:
             )
         graph["loss_scale"] = parse_loss_scale(self.loss_scale).kind
         return graph
+
+
+Configuration.FIELDS = tuple(field.name for field in fields(Configuration))

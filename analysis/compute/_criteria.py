@@ -79,26 +79,26 @@ class Criterion:
     def decides(self, ctx: RankContext) -> bool:
         return ctx.speed_decides or not self.accelerator_only
 
-    def value(self, row: Row) -> Any:
-        """Sort value, lower = better; unknown (NaN) sorts last."""
-        raw = row[self.column]
-        if isinstance(raw, str):
-            return raw
+    def _sorting(self, raw: Any) -> float:
+        """Lower = better; unknown (NaN) sorts last."""
         value = _finite_or_inf(raw)
         return -value if self.higher_is_better and math.isfinite(value) else value
 
+    def value(self, row: Row) -> Any:
+        """Sort value (a text column sorts as it is)."""
+        raw = row[self.column]
+        return raw if isinstance(raw, str) else self._sorting(raw)
+
     def seed_values(self, row: Row) -> dict[Any, float]:
-        """Per-seed sort values (lower = better, unknown = +inf)."""
-        raw = (row.get("per_seed") or {}).get(self.seed_figure, {})
-        out = {}
-        for seed, value in raw.items():
-            value = _finite_or_inf(value)
-            out[seed] = -value if self.higher_is_better and math.isfinite(value) else value
-        return out
+        """Per-seed sort values."""
+        return {
+            seed: self._sorting(v)
+            for seed, v in (row.get("per_seed") or {}).get(self.seed_figure, {}).items()
+        }
 
     def seed_range(self, row: Row) -> str:
         """'65-101' over the row's seeds, in the criterion's own words."""
-        raw = [v for v in (row.get("per_seed") or {}).get(self.seed_figure, {}).values()]
+        raw = list((row.get("per_seed") or {}).get(self.seed_figure, {}).values())
         if len(raw) < 2:
             return ""
         values = sorted(raw, key=_finite_or_inf)

@@ -69,11 +69,6 @@ from ._criteria import (
     ties_above_minimal,
 )
 
-#: Columns ``rank_configs`` adds (besides the classification ones): why each row's rank is what it is.
-#: ``rank_reason``: the :class:`RankReason` (``analysis.wording._labels`` words it as ``phrase`` and ``rule``);
-#: ``tied_on``: the criterion names of its ``tied_on``; ``fp32_contains``: the rank of a stable configuration
-#: above whose FP32 part this row's contains (0: none); ``description``: what the row is, in one sentence.
-RANK_COLUMNS = ("rank_reason", "description", "decided_by", "tied_on", "tied_with_above", "fp32_contains")
 #: the criterion whose comparison is the FP32 part's size (its ``decided_by`` value)
 FP32_PART = BY_NAME["n_black_listed"]
 
@@ -320,9 +315,10 @@ def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tupl
 def rank_configs(
     configs: pd.DataFrame, reference: Fp32Reference, ctx: RankContext | None = None
 ) -> pd.DataFrame:
-    """Return ``configs`` sorted by the criteria with ``rank``, ``rule``, ``phrase``,
-    ``decided_by``, ``tied_on``, ``tied_with_above``, ``stability``,
-    ``clip_label`` and ``recommended`` added.
+    """Return ``configs`` sorted by the criteria with ``rank``, ``recommended``, the classification columns and
+    why each rank is what it is: ``rank_reason`` (a :class:`RankReason`, which ``wording._labels`` words),
+    ``decided_by``, ``tied_on`` (criterion names), ``tied_with_above``, ``fp32_contains`` (the rank of a stable
+    configuration above whose FP32 part this row's contains; 0: none) and ``description`` (one sentence).
 
     ``recommended`` is true for at most one row: the best stable
     mixed-precision configuration. When there is none, no row is recommended

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from ampsweep.contracts import FLOAT16_MAX
+
 from .._model import (
     DivergenceGrid,
     FailureFigureData,
@@ -34,7 +36,6 @@ from .._model import (
 from ..wording._captions import HEATMAP_CAPTION
 from ._plot import FigureImage, new_figure, plot_text, png
 
-FLOAT16_MAX = 65504.0
 _LOSS_COLOURS = ("tab:blue", "tab:orange", "tab:green")
 _GRAD_COLOURS = ("tab:blue", "tab:purple")
 _CLIP_COLOURS = ("tab:red", "tab:orange", "tab:olive", "tab:brown", "tab:pink", "tab:cyan")

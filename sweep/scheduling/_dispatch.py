@@ -192,13 +192,11 @@ class Dispatcher:
 
     def _record(self, result: TrialResult) -> None:
         """Commit ``result``, then each copy made from it: the one place trials are committed."""
-        self._commit(result, self._attempts.pop(result.trial_id, 1))
-        self.committed += 1
-        self.bar.finished(Outcome(result.outcome).value)
-        for copy in self._copies_of.pop(result.trial_id, ()):
-            self._commit(copy, 0)
+        copies = [(copy, 0) for copy in self._copies_of.pop(result.trial_id, ())]
+        for done, attempts in [(result, self._attempts.pop(result.trial_id, 1)), *copies]:
+            self._commit(done, attempts)
             self.committed += 1
-            self.bar.finished(Outcome(copy.outcome).value)
+            self.bar.finished(Outcome(done.outcome).value)
 
     def close(self) -> None:
         for ready in self.gate.close(self.committed, self.left()):  # a run shorter than the gate
