@@ -20,7 +20,7 @@ from tests._trial import trial_config
 
 
 def _slot(*calls: object) -> Slot:
-    return Slot(backend=None, index=0, ordinal=0, calls=deque(calls))  # type: ignore[arg-type]
+    return Slot(backend=None, index=0, calls=deque(calls))  # type: ignore[arg-type]
 
 
 def test_a_trial_gets_the_baseline_its_actor_runs_now_and_never_one_queued_behind_another():

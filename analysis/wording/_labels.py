@@ -42,16 +42,12 @@ def _values(c: Comparison) -> str:
     return f"{c.mine} vs {c.theirs}" + (f" {c.unit}" if c.unit else "")
 
 
-def _tied(c: Comparison) -> str:
-    """'steps to target (82 vs 96, seeds 70-190 vs 65-101)'."""
-    seeds = f", seeds {c.seeds[0]} vs {c.seeds[1]}" if c.seeds else ""
-    return f"{c.label} ({_values(c)}{seeds})"
-
-
-def _decided(c: Comparison) -> str:
-    """'steps to target: 121 vs 61 (seeds 120-122 vs 60-62)'."""
-    seeds = f" (seeds {c.seeds[0]} vs {c.seeds[1]})" if c.seeds else ""
-    return f"{c.label}: {_values(c)}{seeds}"
+def _compared(c: Comparison, tied: bool) -> str:
+    """Tied: 'steps to target (82 vs 96, seeds 70-190 vs 65-101)'; else 'steps to target: 121 vs 61 (seeds ...)'."""
+    seeds = f"seeds {c.seeds[0]} vs {c.seeds[1]}" if c.seeds else ""
+    if tied:
+        return f"{c.label} ({_values(c)}{', ' + seeds if seeds else ''})"
+    return f"{c.label}: {_values(c)}{f' ({seeds})' if seeds else ''}"
 
 
 def _contained(c: Containment) -> str:
@@ -68,7 +64,7 @@ def phrase(reason: RankReason) -> str:
         return "ranked first"
     if reason.by_containment and reason.contains is not None:
         return f"below #{reason.contains.rank} whatever the scores: {_contained(reason.contains)}"
-    head = [f"tied with #{reason.above} on " + " and ".join(_tied(c) for c in reason.tied_on)]
+    head = [f"tied with #{reason.above} on " + " and ".join(_compared(c, tied=True) for c in reason.tied_on)]
     if not reason.tied_on:
         head = [f"tied with #{reason.above} on every score"] if reason.tied_with_above else []
     shown = [f"{c.label} {_values(c)} {_SHOWN}" for c in reason.shown]
@@ -82,7 +78,7 @@ def phrase(reason: RankReason) -> str:
         ]
     else:
         where = "below it" if head else f"below #{reason.above}"
-        parts = [*head, f"{where} on {_decided(reason.decided)}" if reason.decided else where]
+        parts = [*head, f"{where} on {_compared(reason.decided, tied=False)}" if reason.decided else where]
     if reason.contains is not None:
         parts[-1] += f"; it also {_contained(reason.contains)}"
     return "; ".join([*parts, *shown])
@@ -132,10 +128,8 @@ def outcome_text(row: Row) -> str:
 
 #: decided_by -> short words for "why it sits below the row above"
 _DECIDED = {
-    "tier": "",
     "divergence_rate": "more seeds broke",
     "broke_at": "broke earlier",
-    "clip_class": "",
     "steps_to_target": "slower to target",
     "final_loss": "higher final loss",
     "speed": "slower steps",
@@ -170,7 +164,7 @@ def reason(row: Row) -> str:
         return "ranked first"
     if decided == "clip_class":
         return _CLIP_SHORT.get(int(row["clip_class"]), "clipping")
-    words = _DECIDED[decided]
+    words = _DECIDED.get(decided, "")
     if decided == "n_black_listed" and int(row.get("fp32_contains") or 0):
         # its FP32 part contains a stable configuration's above it (``analysis.compute._rank``)
         words = f"more in FP32 than #{int(row['fp32_contains'])}"

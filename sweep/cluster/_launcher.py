@@ -32,10 +32,6 @@ def cluster_address(address: str | None) -> str | None:
     return address or os.environ.get("RAY_ADDRESS") or None
 
 
-def _inside_ray_job() -> bool:
-    return "working_dir" in os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "")
-
-
 def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str, Any] | None]:
     """How workers on other machines find a workload file: a reference and a runtime_env.
 
@@ -48,7 +44,7 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     if address is None or not reference.is_file:
         return workload_ref, None
     path = os.path.abspath(reference.module)
-    if _inside_ray_job():
+    if "working_dir" in os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", ""):  # under ``ray job submit``
         cwd = os.getcwd()
         if os.path.commonpath([cwd, path]) == cwd:
             return str(reference.with_module(os.path.relpath(path, cwd))), None

@@ -68,7 +68,7 @@ class WorkerPool:
         self.failure = config.failure or FailurePolicy()
         #: trials an actor holds at once: it starts the next one without a round trip to the driver
         self.depth = depth
-        self.slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+        self.slots = [Slot(backend, index) for index, backend in enumerate(backends)]
         self.actors: Actors = actors if actors is not None else RayActors()
         self.watch = watch  # found in ``open`` (it needs Ray): ``ClusterWatch``
         #: the workload reference as the workers see it (``ship_workload``), once Ray is started
@@ -101,7 +101,7 @@ class WorkerPool:
 
         layout = discover(self.config.devices or self.devices, ray.cluster_resources(), self.config.workers)
         backends = [backend for backend, count in layout for _ in range(count)]
-        self.slots = [Slot(backend, index, index) for index, backend in enumerate(backends)]
+        self.slots = [Slot(backend, index) for index, backend in enumerate(backends)]
 
     def exact_reruns(self) -> bool:
         """Whether rerunning a trial on these devices gives the same bits (what a copy assumes)."""
@@ -202,7 +202,7 @@ class WorkerPool:
     # actors -------------------------------------------------------------------------------------
     def _setup(self, slot: Slot) -> Any:
         run = self.config
-        return device_setup(slot.backend, slot.ordinal, run.compute_on, run.deterministic)
+        return device_setup(slot.backend, slot.index, run.compute_on, run.deterministic)
 
     def _start_actor(self, slot: Slot) -> None:
         if slot.actor is None:

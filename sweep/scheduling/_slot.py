@@ -18,8 +18,8 @@ class Slot:
     """One place trials run (a device and its actor); its actor is replaced when it dies."""
 
     backend: DeviceBackend
+    #: its place in the pool, and which device of its kind it is (the n-th CPU actor pins core n)
     index: int
-    ordinal: int
     actor: Any = None
     ready: bool = False
     deaths: int = 0
