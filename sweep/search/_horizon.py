@@ -99,11 +99,6 @@ def _config(row: Any) -> Configuration:
     return Configuration.from_row(row).with_device_kind("")
 
 
-def _entry(config: Configuration, round_: int, why: str) -> Continued:
-    as_row = {k: v for k, v in config.as_row().items() if k != "device_kind"}
-    return Continued(label=config.name(), config=as_row, round=round_, why=why)
-
-
 #: a round's candidates: (configuration, why, the trial ids of its seeds)
 _Candidates = list[tuple[Configuration, str, list[str]]]
 
@@ -316,7 +311,9 @@ class HorizonCheck:
         starts: dict[str, StartPoint] = {}
         for config, why, parents in batch:
             added = self.log.added.get(config.name())
-            entry = _entry(config, self._round, f"{why}; {added}" if added else why)
+            as_row = {k: v for k, v in config.as_row().items() if k != "device_kind"}
+            why = f"{why}; {added}" if added else why
+            entry = Continued(label=config.name(), config=as_row, round=self._round, why=why)
             for parent_id in parents:
                 made = self._continuation(config, parent_id)
                 if made is None:

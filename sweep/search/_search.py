@@ -132,20 +132,18 @@ class AdaptiveSearch:
         )
 
     def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> Steps[None]:
-        """Run what is not committed yet; the plan written is every trial of the search so far."""
-        target = store or self.store
-        if target is self.store:
+        """Run what is not committed yet; the plan written is every trial of the search so far
+        (in the ``confirm/`` sub-folder, a ``store`` of its own: the trials given)."""
+        if store is None or store is self.store:
             for trial in trials:
                 self.planned.setdefault(trial.trial_id, trial)
-            planned = list(self.planned.values())
+            name, planned, out = self.spec.name, list(self.planned.values()), self.out
         else:
-            planned = trials
             self.confirmed_trials += len(trials)
-        name = self.spec.name if target is self.store else CONFIRM_FOLDER
+            name, planned, out = CONFIRM_FOLDER, trials, self.store.root
         same = equivalents(planned, self.workload.loss_only_classes)
         starts = starts_of(planned, self.workload.starts)
-        plan = SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts)
-        yield Batch(plan, self.out if target is self.store else self.store.root)
+        yield Batch(SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts), out)
 
     def _evidence(
         self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
@@ -163,7 +161,7 @@ class AdaptiveSearch:
         return evidence
 
     def _fp32_of(self, family: SearchFamily, seed: int, steps: int | None = None) -> TrialConfig:
-        """The FP32 baseline a probe is judged against: what ``_baselines`` runs for that seed."""
+        """The FP32 baseline a probe is judged against: what the search runs for that seed before its probes."""
         return self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL)
 
     def _underflow(self, store: SweepStore, family: SearchFamily, trial: TrialConfig) -> float | None:
@@ -210,16 +208,6 @@ class AdaptiveSearch:
         return probe, evidence
 
     # the search ---------------------------------------------------------------
-    def _baselines(
-        self,
-        family: SearchFamily,
-        seeds: list[int],
-        steps: int | None = None,
-        store: SweepStore | None = None,
-    ) -> Steps[None]:
-        """FP32 runs of every seed: what each probe's verdict is measured against."""
-        yield from self._run([self._fp32_of(family, seed, steps) for seed in seeds], store)
-
     def _scale_remedies(self, family: SearchFamily) -> list[str]:
         """The loss scales to try when gradients underflow: dynamic, and a static 2^k that lifts the
         FP32 baseline's largest gradient to just below float16's maximum."""
@@ -287,7 +275,7 @@ class AdaptiveSearch:
         seeds = self.seeds + [max(self.seeds) + 1 + i for i in range(confirm.seeds)]
         steps = self.spec.steps * confirm.steps_factor
         store = SweepStore(self.store.root, CONFIRM_FOLDER)
-        yield from self._baselines(family, seeds, steps, store)
+        yield from self._run([self._fp32_of(family, seed, steps) for seed in seeds], store)
         held = []
         for clip in clips:
             probe, evidence = yield from self._probe(family, "confirm", black, clip, seeds, steps, store)
@@ -336,7 +324,8 @@ class AdaptiveSearch:
         self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
         self.log.families = families
         for family in families:
-            yield from self._baselines(family, self.seeds)
+            # FP32 runs of every seed: what each probe's verdict is measured against
+            yield from self._run([self._fp32_of(family, seed) for seed in self.seeds])
             black = yield from self._grow(family)
             if black is None:
                 family.conclusion = "no stable black list found; the rounds below show why"
