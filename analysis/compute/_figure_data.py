@@ -20,7 +20,6 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -199,10 +198,6 @@ def _diverged_trial(ranking: pd.DataFrame, scores: pd.DataFrame, has_layers: set
     return None
 
 
-def _optional(value: Any) -> float | None:
-    return None if value is None or pd.isna(value) else float(value)
-
-
 def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFrame) -> LayerFigureData | None:
     """Per-layer gradient maxima (``grad_absmax`` from ``layers/``) of one diverged trial."""
     if not (ranking["tier"] == cls.TIER_UNSTABLE).any():
@@ -237,7 +232,7 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
         trial_id=tid,
         seed=None if pd.isna(seed) else int(seed),
         dtype=str(trial["dtype"]),
-        first_nonfinite=_optional(trial.get("first_nonfinite")),
+        first_nonfinite=None if pd.isna(trial.get("first_nonfinite")) else float(trial["first_nonfinite"]),
         layers=tuple(layers),
         n_layers=len(peak),
         peak=float(values.max()) if len(values) else 1.0,

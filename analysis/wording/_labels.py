@@ -92,11 +92,6 @@ def rule(row: Row) -> str:
     return f"{row['description']}; {phrase(reason)}"
 
 
-def step_text(step: float) -> str:
-    """'1,367'."""
-    return f"{step:,.0f}"
-
-
 def broke_at(row: Row) -> str:
     """'NaN at ~1,367' (median first non-finite step over the broken seeds); '' for a working row.
 
@@ -109,7 +104,7 @@ def broke_at(row: Row) -> str:
         return ""
     step = row.get("first_nonfinite_step_median")
     if diverged:
-        where = f"NaN at ~{step_text(step)}" if step is not None and np.isfinite(step) else "NaN"
+        where = f"NaN at ~{step:,.0f}" if step is not None and np.isfinite(step) else "NaN"
         return where if diverged == n else f"{where} on {diverged}/{n}"
     return "failed" if failed == n else f"failed on {failed}/{n}"
 
