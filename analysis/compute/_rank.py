@@ -63,6 +63,7 @@ from ._criteria import (
     Containment,
     RankContext,
     RankReason,
+    _finite_or_inf,
     adopt_rank,
     order_paths,
     rank_reason,
@@ -196,11 +197,7 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
 
 
 def _params(row: Mapping[str, Any]) -> float | None:
-    value = row.get("fp32_params")
-    try:
-        value = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
+    value = _finite_or_inf(row.get("fp32_params"))
     return value if math.isfinite(value) else None
 
 
