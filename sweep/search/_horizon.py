@@ -86,14 +86,6 @@ def forecast_risks(profile: dict[str, Any] | None, horizon: int) -> tuple[dict[s
     return classes, underflow
 
 
-def _read_profile(store: SweepStore) -> dict[str, Any] | None:
-    try:
-        text = store.read_text(PROFILE_FILE)
-        return json.loads(text) if text else None
-    except (OSError, ValueError):
-        return None
-
-
 def _config(row: Any) -> Configuration:
     """A ranking row's or a trial's configuration, without the device kind (a continuation keeps it)."""
     return Configuration.from_row(row).with_device_kind("")
@@ -126,7 +118,11 @@ class HorizonCheck:
         self.end = max(t.start_step + t.steps for t in plan.trials)
         self.horizon = int(spec.horizon or self.end)
         if profile is None:  # a resumed grid ran no trial, so no profile: the one the folder keeps
-            profile = _read_profile(self.store)
+            try:
+                text = self.store.read_text(PROFILE_FILE)
+                profile = json.loads(text) if text else None
+            except (OSError, ValueError):
+                profile = None
         self.at_risk, self.underflow = forecast_risks(profile, self.horizon)
         self.log = HorizonLog(horizon=self.horizon, trials_end=self.end, forecast=list(self.at_risk.values()))
         if self.underflow:
