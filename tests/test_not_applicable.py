@@ -113,3 +113,24 @@ def test_a_sweep_lists_it_under_what_could_not_be_tried_and_never_ranks_it(tmp_p
     ranking = pd.read_csv(root / "report" / "ranking.csv")
     assert not ranking["config_id"].str.contains("Stubborn").any(), "never ranked"
     assert f"Could not be tried: O2 · FP32: Stubborn · no clip: {reason}" in run.stdout.replace("\n", " ")
+
+
+def test_one_refused_trial_is_listed_under_its_own_configuration() -> None:
+    """A single not_applicable trial (pandas reads a one-element grouping list as key names)."""
+    from ampsweep.analysis.compute._configs import not_applicable as not_tried
+
+    scores = pd.DataFrame(
+        {
+            "trial_id": ["t1", "t2"],
+            "amp_level": ["O2", "O0"],
+            "black_list": [["Stubborn"], []],
+            "clip": [None, None],
+            "outcome": ["not_applicable", "completed"],
+            "ranked": [True, True],
+            "error": ["Stubborn cannot be kept in FP32 (odd): RuntimeError: no", None],
+        }
+    )
+    listed = not_tried(scores)
+    assert listed["name"].tolist() == ["O2 · FP32: Stubborn · no clip"]
+    assert listed["trial_ids"].tolist() == ["t1"]
+    assert not_tried(scores.iloc[:1])["trial_ids"].tolist() == ["t1"]

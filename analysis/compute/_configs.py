@@ -166,7 +166,11 @@ def _not_applicable_configs(scores: pd.DataFrame) -> pd.Series:
     bad = scores["outcome"] == Outcome.NOT_APPLICABLE.value
     if not bad.any():
         return pd.Series(False, index=scores.index)
-    return bad.groupby(configurations(scores), sort=False).transform("any").astype(bool)
+    return (
+        bad.groupby(pd.Series(configurations(scores), index=scores.index), sort=False)
+        .transform("any")
+        .astype(bool)
+    )
 
 
 def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
@@ -181,7 +185,8 @@ def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     bad = scores[(scores["outcome"] == Outcome.NOT_APPLICABLE.value) & scores["ranked"]]
     rows = []
-    groups = bad.groupby(configurations(bad), sort=False)
+    # a Series, not a list: pandas reads a one-element list as the names of grouping keys
+    groups = bad.groupby(pd.Series(configurations(bad), index=bad.index), sort=False)
     for config, group in sorted(groups, key=lambda kv: kv[0].id):
         rows.append(
             {
