@@ -65,6 +65,8 @@ class TrialConfig:
     start_from: str | None = None
     #: an FP32 prefix run: train ``steps`` steps, then hand back a snapshot of the state
     save_snapshot: bool = False
+    #: a data-parallel trial on this many devices (a gang); the workload's batch is the global batch
+    devices: int = 1
 
     @classmethod
     def fp32(cls, workload: str, seed: int, steps: int, **settings: Any) -> TrialConfig:
@@ -95,6 +97,9 @@ class TrialConfig:
             canonical["start_from"] = self.start_from
         if self.save_snapshot:
             canonical["save_snapshot"] = True
+        # a single-device trial keeps the id it had before trials could span a gang
+        if self.devices != 1:
+            canonical["devices"] = self.devices
         return canonical
 
     # cached: the driver asks for both on every dispatch and commit, and a hash of the

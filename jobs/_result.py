@@ -156,5 +156,6 @@ class TrialResult:
             "fp32_cells": fp32_cells_mechanism(config.amp_level, config.black_list),
             "fp32_params": None if self.fp32_part is None else self.fp32_part.params,
             "fp32_cell_paths": None if self.fp32_part is None else list(self.fp32_part.paths),
+            "devices": config.devices,
         }
         return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)

@@ -46,6 +46,7 @@ def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConf
             dtype=dtype,
             seed=seed,
             loss_placement=placement,
+            devices=spec.devices_per_trial,
         )
         point = starts.for_seed(seed) if starts is not None else None
         if point is not None:

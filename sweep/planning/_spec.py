@@ -143,6 +143,11 @@ class SweepSpec(BaseModel):
     #: recommended configuration (and each runner-up that would replace it) continues from its own
     #: snapshot to this step. None: where the trials end (``steps``, after ``start_from``'s)
     horizon: int | None = Field(default=None, gt=0)
+    #: a trial is a data-parallel run on this many devices (a gang of rank actors); each batch the
+    #: workload yields is the global batch, split evenly along its first axis across the ranks
+    devices_per_trial: int = Field(default=1, ge=1)
+    #: where a gang's devices may lie: ``STRICT_PACK`` on one node (one HCCL/NCCL ring), ``PACK`` across nodes
+    placement_strategy: Literal["STRICT_PACK", "PACK"] = "STRICT_PACK"
 
     @field_validator("name")
     @classmethod
