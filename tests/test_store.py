@@ -56,6 +56,7 @@ PINNED = {
         ("fp32_cells", "string"),
         ("fp32_params", "int64"),
         ("fp32_cell_paths", "list<item: string>"),
+        ("devices", "int64"),
     ],
     "steps": [
         ("step", "int64"),
