@@ -41,6 +41,10 @@ class TrialWorker:
         import mindspore as ms
 
         setup.configure_mindspore()
+        from .training._data_parallel import join_group
+
+        #: this process's rank in its gang (``sweep.cluster._gang``), or None: a single device
+        self.group = join_group()  # blocks until every rank of the gang has joined
         env = setup.visible_devices_env
         self.placement = Placement(
             device_kind=setup.device_kind,
@@ -86,12 +90,35 @@ class TrialWorker:
         )
         started_at = datetime.now(timezone.utc)
         result = run_trial(config, workload_ref, self.placement, self.graphs, params)
-        if config.localize and self.setup.exact_reruns:  # a replay must retrace the trial bit for bit
+        # a replay must retrace the trial bit for bit; in a gang it would have to replay every
+        # rank's collectives too, so a data-parallel trial is not localized
+        if config.localize and self.setup.exact_reruns and self.group is None:
             replay_started = time.perf_counter()
             result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params)
             result.diagnose_s = time.perf_counter() - replay_started
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result
+
+    def run_rank(
+        self,
+        config: TrialConfig,
+        workload_ref: str,
+        baseline: Hint = None,
+        start: bytes | None = None,
+    ) -> tuple[TrialResult | None, str]:
+        """One rank's part of a data-parallel trial: rank 0's result (None elsewhere) and a checksum.
+
+        Every rank trains the same step on its part of each batch; the tables
+        come from rank 0 alone. The checksum of the parameters the trial ended
+        with (empty when it failed) lets the gang tell ranks that trained apart.
+        """
+        from .training._data_parallel import parameter_checksum
+
+        result = self.run(config, workload_ref, baseline, start)
+        step = self.graphs.held(config, self._here(workload_ref))
+        checksum = parameter_checksum(step.named_state()) if step is not None and not result.error else ""
+        rank = self.group.rank if self.group is not None else 0
+        return (result if rank == 0 else None), checksum
 
     def profile(
         self,

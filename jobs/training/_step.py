@@ -25,6 +25,7 @@ from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FLOAT16_TINY, parse_loss_sc
 
 from .._config import TrialConfig
 from .._workload import Workload
+from ._data_parallel import collectives, current_group
 from ._starts import StartCache
 
 _EPS = 1e-6
@@ -208,6 +209,16 @@ class CompiledStep:
             np.repeat(np.arange(n_params), [int(np.prod(p.shape)) for p in params]).astype(np.int32)
         )
 
+        # a rank of a data-parallel group averages gradients and losses across the ranks; a
+        # single device traces none of it (the branches below fold away), so its graph is unchanged
+        group = current_group()
+        data_parallel = group is not None
+        reduce_gradients: Any = None
+        all_reduce: Any = None
+        if group is not None:
+            reduce_gradients, all_reduce = collectives(params, group)
+        world = ms.Tensor(float(group.size if group is not None else 1), mstype.float32)
+
         def forward(*batch: Any) -> Any:
             loss = loss_cell(*batch)
             return scaler.scale(loss) if skips_nonfinite else loss
@@ -217,12 +228,18 @@ class CompiledStep:
         # The step in two halves; between them it keeps the gradients for the statistics.
         def gradients(clip: Any, *batch: Any) -> Any:
             loss, grads = grad_fn(*batch)
+            if data_parallel:
+                # averaged before the unscale and the clip, as MindSpore's loss-scale cell does:
+                # the norm the clip reads is the averaged gradients' norm
+                grads = reduce_gradients(grads)
             if skips_nonfinite:
                 scale = scaler.scale_value.astype(mstype.float32)
                 loss = scaler.unscale(loss)
                 grads = scaler.unscale(grads)
             else:
                 scale = one
+            if data_parallel:
+                loss = all_reduce(loss.astype(mstype.float32)) / world
             # Per parameter, the sum of squares as a sequential float32 sum: the last
             # element of a cumsum, bit for bit what ``unsorted_segment_sum`` over one
             # flat vector gave (the layout before the lean step, whose numbers the

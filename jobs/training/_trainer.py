@@ -35,6 +35,7 @@ from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
+from ._data_parallel import current_group, shard_stream
 from ._snapshot import checkpoint_bytes, continue_scaler, starting_from
 from ._starts import TrialStart, draw, start_key
 from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
@@ -81,6 +82,14 @@ def _check_device_support(config: TrialConfig, device_target: str) -> None:
         raise UnsupportedCombination(
             "bfloat16 is not supported by MindSpore's CPU backend; run this trial on Ascend or GPU."
         )
+
+
+def _check_group(config: TrialConfig) -> None:
+    """A trial runs on as many devices as it asks for: a gang of its size, or one device."""
+    group = current_group()
+    size = group.size if group is not None else 1
+    if config.devices != size:
+        raise RuntimeError(f"the trial asks for {config.devices} devices; this worker is a group of {size}")
 
 
 def _next_block(finite_loss: np.ndarray, abort_after: int) -> int:
@@ -302,6 +311,9 @@ def _begin(
         batches: Iterable[tuple[Any, ...]] = kept
     else:
         stream = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
+        group = current_group()
+        if group is not None:  # the workload yields the global batch: this rank trains on its part
+            stream = shard_stream(stream, group)
         if is_dataset(workload.batches):  # its epochs reshuffle from state outside the factory
             return step, reused, stream, workload.target_loss
         kept, batches = draw(stream, cache.starts.budget)
@@ -327,6 +339,7 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
+        _check_group(config)
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
         step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start)
         continue_scaler(step.named_state(), start, config.loss_scale)

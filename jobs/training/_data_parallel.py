@@ -1,0 +1,124 @@
+"""A rank of a data-parallel trial: its part of each global batch, and what the ranks share.
+
+A trial on N devices runs as the user's own N-device data-parallel job does:
+the batch the workload yields is the *global* batch, rank r trains on part r
+of it (split evenly along the first axis), the gradients are averaged across
+the ranks before the global-norm clip, so the clip sees the norm of the
+averaged gradients, and the loss the tables record is the mean over the ranks.
+
+The process joins its group once (``join_group``: MindSpore's
+``communication.init()`` runs once per process), so the group is a property
+of the process, read by the trainer (``current_group``). A process that never
+joined one is a single device, and its step is traced exactly as before: no
+collective appears in its graph, so devices == 1 computes the same bits.
+
+The overflow flag needs no collective of its own: it is read from the norm of
+the averaged gradients, and a non-finite gradient on any rank makes that sum
+non-finite on every rank, so one rank's overflow skips the step on all of
+them, as MindSpore's ``TrainOneStepWithLossScaleCell`` does with its
+all-reduced flag.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: The variable MindSpore's dynamic cluster reads to know a process's role (``MS_WORKER``, ``MS_SCHED``).
+ROLE_ENV = "MS_ROLE"
+WORKER_ROLE = "MS_WORKER"
+
+
+@dataclass(frozen=True)
+class RankGroup:
+    """This process's place in its data-parallel group."""
+
+    rank: int
+    size: int
+
+
+_group: RankGroup | None = None
+
+
+def current_group() -> RankGroup | None:
+    """The group this process joined, or None: a single device."""
+    return _group
+
+
+def join_group() -> RankGroup | None:
+    """Join the data-parallel group the environment names (``MS_ROLE=MS_WORKER``), once per process.
+
+    Called after ``mindspore.set_device``: ``communication.init()`` blocks
+    until every rank and the scheduler have connected, then the process trains
+    in MindSpore's data-parallel mode with gradients averaged.
+    """
+    global _group
+    if _group is not None or os.environ.get(ROLE_ENV) != WORKER_ROLE:
+        return _group
+    import mindspore as ms
+    from mindspore import communication
+
+    communication.init()
+    size = communication.get_group_size()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    _group = RankGroup(rank=communication.get_rank(), size=size)
+    return _group
+
+
+class UnevenBatch(ValueError):
+    """A global batch whose first axis the devices do not divide."""
+
+
+def shard(batch: tuple[Any, ...], group: RankGroup) -> tuple[Any, ...]:
+    """This rank's part of one global batch: each array's rows ``[r*B/N, (r+1)*B/N)``.
+
+    Every item is split along its first axis; one that does not split evenly
+    is a one-line failure naming the batch size and the device count, never a
+    silently dropped remainder (the ranks would then train on less than the
+    user's run does).
+    """
+    parts = []
+    for item in batch:
+        rows = int(item.shape[0]) if len(item.shape) else 0
+        if rows == 0 or rows % group.size:
+            raise UnevenBatch(
+                f"a global batch of {rows} does not split evenly across {group.size} devices "
+                f"(devices_per_trial must divide the batch size)"
+            )
+        each = rows // group.size
+        parts.append(item[group.rank * each : (group.rank + 1) * each])
+    return tuple(parts)
+
+
+def shard_stream(batches: Any, group: RankGroup) -> Any:
+    """``shard`` over a stream of global batches."""
+    for batch in batches:
+        yield shard(batch, group)
+
+
+def collectives(params: Any, group: RankGroup) -> tuple[Any, Any]:
+    """What a rank's compiled step calls: a gradient averager and an all-reduce (sum) for the loss.
+
+    Built once per compiled step, outside the jit function, and captured by it.
+    The loss's mean is the sum divided by N: on the CPU backend AllReduce sums only.
+    """
+    from mindspore import nn, ops
+
+    return nn.DistributedGradReducer(params, mean=True, degree=group.size), ops.AllReduce()
+
+
+def parameter_checksum(named_state: dict[str, Any]) -> str:
+    """A digest of a rank's training state at the end of a trial; the ranks' must be equal.
+
+    Data parallel keeps every rank's weights identical (each applies the same
+    averaged gradients): a difference means the ranks trained apart.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(named_state):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(named_state[name].asnumpy()).tobytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,329 @@
+"""A gang: the rank actors of one data-parallel trial, formed once and kept as one slot of the pool.
+
+A trial on N devices is MindSpore data parallel on N rank actors. They and
+MindSpore's scheduler role live in one Ray placement group (``STRICT_PACK``:
+one node, so NPUs share the node's HCCL ring; ``PACK`` when the user allows
+several nodes). MindSpore's dynamic cluster learns its shape from variables
+(``MS_ROLE``, ``MS_WORKER_NUM``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``,
+``MS_NODE_ID``) that must be set before MindSpore starts: they reach each
+actor through its ``runtime_env``. ``communication.init()`` runs once per
+process, so the gang is formed once and trials of its size reuse it, with
+their graphs compiled once per gang, as a single actor is reused.
+
+To the pool a gang is one actor: ``GangActors`` forms, probes, sends trials
+to and kills gangs behind the same calls as ``RayActors``. Forming waits on
+Ray (the placement group, the scheduler's address), so it runs on a thread
+and its probe answers once every rank has joined the group. A trial is sent
+to every rank; its answer is rank 0's result once every rank has answered
+and their parameters agree, or the first rank's death: the other ranks wait
+in a collective that will never complete, so the gang is ended and formed
+again (FACTS: "Data parallel on CPU, inside Ray actors").
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ampsweep.jobs import DeviceSetup, TrialConfig, TrialResult, TrialWorker
+
+from ._actors import Completion
+
+STRATEGIES = ("STRICT_PACK", "PACK")
+
+
+class GangScheduler:
+    """MindSpore's scheduler role of one gang: its ``communication.init()`` serves for the gang's life."""
+
+    def serve(self) -> None:
+        import mindspore as ms
+        from mindspore import communication
+
+        ms.set_device("CPU")
+        communication.init()  # returns only when the cluster ends
+
+
+def _scheduler_address() -> tuple[str, int]:
+    """The node's address and a port free on it: where the gang's ranks find their scheduler."""
+    import ray
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
+def bundle_of(options: dict[str, Any]) -> dict[str, float]:
+    """The placement-group bundle one rank claims: the device its backend's options ask for."""
+    bundle: dict[str, float] = {}
+    if options.get("num_cpus"):
+        bundle["CPU"] = float(options["num_cpus"])
+    if options.get("num_gpus"):
+        bundle["GPU"] = float(options["num_gpus"])
+    bundle.update({name: float(amount) for name, amount in options.get("resources", {}).items()})
+    return bundle
+
+
+def rank_environment(size: int, rank: int, host: str, port: int, role: str = "MS_WORKER") -> dict[str, str]:
+    """MindSpore's dynamic-cluster variables for one process of a gang."""
+    env = {
+        "MS_ROLE": role,
+        "MS_WORKER_NUM": str(size),
+        "MS_SCHED_HOST": host,
+        "MS_SCHED_PORT": str(port),
+    }
+    if role == "MS_WORKER":
+        env["MS_NODE_ID"] = str(rank)
+    return env
+
+
+@dataclass(eq=False)
+class Gang:
+    """One formed (or forming) gang: its placement group, scheduler and rank actors."""
+
+    index: int
+    size: int
+    group: Any = None
+    scheduler: Any = None
+    ranks: list[Any] = field(default_factory=list)
+    #: the formation's outcome: the ranks' ``info``, or the exception it ended with
+    formed: Future[Any] = field(default_factory=Future)
+    killed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: calls sent before the ranks existed: sent as soon as they do
+    waiting: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
+
+
+class GangActors:
+    """The ``Actors`` of a pool whose trials each run on a gang of ``size`` rank actors."""
+
+    def __init__(self, size: int, strategy: str = "STRICT_PACK") -> None:
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if strategy not in STRATEGIES:
+            raise ValueError(f"placement_strategy {strategy!r}: one of {', '.join(STRATEGIES)}")
+        self.size = size
+        self.strategy = strategy
+        self.completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
+        self.actor_died: tuple[type[BaseException], ...] = (RayActorError, GangLost)
+        self.call_failed: tuple[type[BaseException], ...] = (RayTaskError,)
+        #: the gang of each slot: a slot's new gang ends the one it replaces
+        self._gangs: dict[int, Gang] = {}
+
+    # forming ------------------------------------------------------------------------------------
+    def start(self, index: int, setup: DeviceSetup, options: dict[str, Any]) -> Gang:
+        old = self._gangs.pop(index, None)
+        if old is not None:
+            self.kill(old)
+        gang = Gang(index, self.size)
+        self._gangs[index] = gang
+        threading.Thread(target=self._form, args=(gang, setup, options), daemon=True).start()
+        return gang
+
+    def _form(self, gang: Gang, setup: DeviceSetup, options: dict[str, Any]) -> None:
+        try:
+            self._form_now(gang, setup, options)
+        except BaseException as exc:  # noqa: BLE001 - the probe carries it to the pool
+            self._fail_waiting(gang, GangLost(f"the gang could not form: {exc}".splitlines()[0]))
+            if not gang.formed.done():
+                gang.formed.set_exception(exc)
+
+    def _form_now(self, gang: Gang, setup: DeviceSetup, options: dict[str, Any]) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = bundle_of(options)
+        gang.group = placement_group([dict(bundle) for _ in range(self.size)], strategy=self.strategy)
+        ray.get(gang.group.ready())
+
+        def in_bundle(rank: int) -> PlacementGroupSchedulingStrategy:
+            return PlacementGroupSchedulingStrategy(
+                placement_group=gang.group, placement_group_bundle_index=rank
+            )
+
+        host, port = ray.get(
+            ray.remote(num_cpus=0)(_scheduler_address).options(scheduling_strategy=in_bundle(0)).remote()
+        )
+        with gang.lock:
+            if gang.killed:
+                return
+            gang.scheduler = (
+                ray.remote(GangScheduler)
+                .options(
+                    num_cpus=0,
+                    max_restarts=0,
+                    scheduling_strategy=in_bundle(0),
+                    runtime_env={"env_vars": rank_environment(self.size, 0, host, port, role="MS_SCHED")},
+                )
+                .remote()
+            )
+            gang.scheduler.serve.remote()
+            for rank in range(self.size):
+                # each rank pins its own core on CPU: the gang's ranks are its slot's n-th devices
+                rank_setup = replace(
+                    setup,
+                    cpu_core=None if setup.cpu_core is None else gang.index * self.size + rank,
+                )
+                gang.ranks.append(
+                    ray.remote(TrialWorker)
+                    .options(
+                        max_restarts=0,
+                        scheduling_strategy=in_bundle(rank),
+                        runtime_env={"env_vars": rank_environment(self.size, rank, host, port)},
+                        **options,
+                    )
+                    .remote(gang.index, rank_setup)
+                )
+            waiting, gang.waiting = gang.waiting, []
+        for key, args in waiting:
+            self._send(gang, key, args)
+        infos = self._all_of(gang, [rank.info.remote() for rank in gang.ranks])
+        infos.add_done_callback(lambda done: _copy(done, gang.formed))
+
+    def probe(self, actor: Gang) -> Any:
+        key = object()
+        actor.formed.add_done_callback(lambda done: self.completions.put((key, done)))
+        return key
+
+    # calls --------------------------------------------------------------------------------------
+    def run(self, actor: Gang, config: TrialConfig, workload_ref: str, hint: Any, start: Any) -> Any:
+        return self._call(actor, ("run_rank", config, workload_ref, hint, start))
+
+    def profile(self, actor: Gang, args: tuple[Any, ...]) -> Any:
+        # the FP32 headroom profile is a single-device measurement: rank 0 takes it alone
+        key = object()
+        answer: Future[Any] = Future()
+        answer.add_done_callback(lambda done: self.completions.put((key, done)))
+        if not actor.ranks:
+            answer.set_exception(GangLost("the gang has not formed"))
+        else:
+            actor.ranks[0].profile.remote(*args).future().add_done_callback(lambda done: _copy(done, answer))
+        return key
+
+    def _call(self, gang: Gang, args: tuple[Any, ...]) -> Any:
+        key = object()
+        with gang.lock:
+            if not gang.ranks and not gang.killed and not gang.formed.done():
+                gang.waiting.append((key, args))
+                return key
+        self._send(gang, key, args)
+        return key
+
+    def _send(self, gang: Gang, key: Any, args: tuple[Any, ...]) -> None:
+        if gang.killed or not gang.ranks:
+            answer: Future[Any] = Future()
+            answer.set_exception(GangLost("the gang was ended"))
+            self.completions.put((key, answer))
+            return
+        method, *rest = args
+        refs = [getattr(rank, method).remote(*rest) for rank in gang.ranks]
+        combined = self._all_of(gang, refs)
+        combined.add_done_callback(lambda done: self.completions.put((key, _rank_zero(done))))
+
+    def _all_of(self, gang: Gang, refs: list[Any]) -> Future[Any]:
+        """Every rank's answer, in rank order; or the first failure (the other ranks may wait forever)."""
+        combined: Future[Any] = Future()
+        answers: list[Any] = [None] * len(refs)
+        left = [len(refs)]
+        lock = threading.Lock()
+
+        def one(rank: int, done: Future[Any]) -> None:
+            with lock:
+                if combined.done():
+                    return
+                error = done.exception()
+                if error is not None:
+                    combined.set_exception(error)
+                    return
+                answers[rank] = done.result()
+                left[0] -= 1
+                if left[0] == 0:
+                    combined.set_result(answers)
+
+        for rank, ref in enumerate(refs):
+            ref.future().add_done_callback(lambda done, rank=rank: one(rank, done))
+        return combined
+
+    def _fail_waiting(self, gang: Gang, error: BaseException) -> None:
+        with gang.lock:
+            waiting, gang.waiting = gang.waiting, []
+        for key, _ in waiting:
+            answer: Future[Any] = Future()
+            answer.set_exception(error)
+            self.completions.put((key, answer))
+
+    def kill(self, actor: Gang) -> None:
+        """End the gang: its ranks, its scheduler and its placement group."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        with actor.lock:
+            actor.killed = True
+        for process in [*actor.ranks, actor.scheduler]:
+            if process is not None:
+                try:
+                    ray.kill(process, no_restart=True)
+                except Exception:  # noqa: BLE001, S110 - already gone
+                    pass
+        if actor.group is not None:
+            try:
+                remove_placement_group(actor.group)
+            except Exception:  # noqa: BLE001, S110 - its node may be gone
+                pass
+        self._fail_waiting(actor, GangLost("the gang was ended"))
+        if self._gangs.get(actor.index) is actor:
+            del self._gangs[actor.index]
+
+
+class GangLost(RuntimeError):
+    """The gang a call was sent to ended (or never formed): its trial runs again on a new gang."""
+
+
+def _copy(source: Future[Any], target: Future[Any]) -> None:
+    if target.done():
+        return
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
+
+
+def differing_ranks(checksums: list[str]) -> str | None:
+    """The reason a trial failed when its ranks ended with different parameters, else None."""
+    if len(set(checksums)) <= 1:
+        return None
+    apart = [rank for rank, value in enumerate(checksums) if value != checksums[0]]
+    return (
+        f"RanksDiverged: the ranks ended with different parameters (rank 0 {checksums[0]}, "
+        f"rank {apart[0]} {checksums[apart[0]]}): the data-parallel ranks trained apart"
+    )
+
+
+def _rank_zero(done: Future[Any]) -> Future[Any]:
+    """A trial's answer from its ranks' ``(result, checksum)`` pairs: rank 0's result, failed when
+    the ranks ended with different parameters."""
+    answer: Future[Any] = Future()
+    error = done.exception()
+    if error is not None:
+        answer.set_exception(error)
+        return answer
+    pairs = done.result()
+    result = next((r for r, _ in pairs if r is not None), None)
+    if result is None:
+        answer.set_exception(GangLost("no rank returned the trial's result"))
+        return answer
+    checksums = [checksum for _, checksum in pairs]
+    reason = differing_ranks(checksums) if all(checksums) else None
+    if reason is not None:
+        result = TrialResult.failure(result.config, reason, result.placement, wall_s=result.wall_s)
+    answer.set_result(result)
+    return answer
+
+
+__all__ = ["Gang", "GangActors", "GangLost", "GangScheduler", "bundle_of", "rank_environment"]

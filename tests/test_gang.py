@@ -1,0 +1,146 @@
+"""A trial on a gang of 2 rank actors trains what the same trial on one device trains.
+
+One gang (a placement group with MindSpore's scheduler and 2 pinned CPU ranks)
+is formed for the whole module and reused by every test, as the pool reuses
+it across trials: forming one costs tens of seconds on 2 cores.
+
+The single-device side runs in this process on the same machine, in the same
+test: the two trajectories differ only by how the sum over the global batch
+is split (two halves averaged across ranks against one mean), so they agree
+to float32 rounding, far inside the 1 % the test allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ampsweep.contracts import FP32_LEVEL
+from ampsweep.jobs import TrialConfig
+from ampsweep.jobs.training._trainer import run_trial
+from tests._trial import trial_config
+
+TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
+STEPS = 50
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[tuple[Any, Any]]:
+    import ray
+
+    from ampsweep.sweep.cluster._gang import GangActors
+    from ampsweep.sweep.devices import CpuBackend, device_setup
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    actors = GangActors(2)
+    backend = CpuBackend()
+    formed = actors.start(0, device_setup(backend, 0, None), backend.actor_options())
+    try:
+        _answer(actors, actors.probe(formed))
+        yield actors, formed
+    finally:
+        actors.kill(formed)
+        ray.shutdown()
+
+
+def _answer(actors: Any, key: Any, timeout_s: float = 300.0) -> Any:
+    """The answer to ``key``, read off the gang's completion queue."""
+    while True:
+        try:
+            call, future = actors.completions.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout_s:.0f} s") from None
+        if call is key:
+            return future.result()
+
+
+def _fp32_trial(**overrides: Any) -> TrialConfig:
+    values: dict[str, Any] = dict(
+        workload=f"{TINY}:make",
+        steps=STEPS,
+        amp_level=FP32_LEVEL,
+        dtype="float32",
+        clip=1.0,
+        localize=False,
+    )
+    return trial_config(**{**values, **overrides})
+
+
+@pytest.mark.slow
+def test_two_devices_follow_one_device_at_the_same_global_batch(gang):
+    actors, formed = gang
+    single = _fp32_trial()
+    on_two = dataclasses.replace(single, devices=2)
+    one = run_trial(single, single.workload)
+    two = _answer(actors, actors.run(formed, on_two, on_two.workload, None, None))
+
+    assert one.outcome == "completed", one.error
+    assert two.outcome == "completed", two.error
+    loss_one = one.steps.column("loss").to_numpy()
+    loss_two = two.steps.column("loss").to_numpy()
+    assert len(loss_one) == len(loss_two) == STEPS
+    np.testing.assert_allclose(loss_two, loss_one, rtol=0.01)
+    # the clip reads the averaged gradients' norm: the global batch's, as on one device
+    norm_one = one.steps.column("grad_norm").to_numpy()
+    norm_two = two.steps.column("grad_norm").to_numpy()
+    np.testing.assert_allclose(norm_two, norm_one, rtol=0.01)
+    assert (norm_one > 1.0).any()  # the clip fired, so the comparison covers it
+    # two halves averaged are not one mean bit for bit: each rank did train on its half
+    assert not np.array_equal(loss_two, loss_one)
+    # the loss went down: the ranks trained, not merely agreed
+    assert loss_two[-1] < loss_two[0]
+
+
+@pytest.mark.slow
+def test_both_ranks_end_with_the_same_parameters(gang):
+    actors, formed = gang
+    config = dataclasses.replace(_fp32_trial(steps=10, seed=1), devices=2)
+    pairs = _answer_all(actors, formed, config)
+    checksums = [checksum for _, checksum in pairs]
+    assert len(checksums) == 2 and checksums[0] and checksums[0] == checksums[1]
+    assert sum(result is not None for result, _ in pairs) == 1  # the tables come from rank 0 alone
+
+
+def _answer_all(actors: Any, formed: Any, config: TrialConfig) -> list[tuple[Any, str]]:
+    """Every rank's ``(result, checksum)``, asked of the ranks directly."""
+    import ray
+
+    return ray.get([rank.run_rank.remote(config, config.workload, None, None) for rank in formed.ranks])
+
+
+@pytest.mark.slow
+def test_a_batch_the_devices_do_not_divide_fails_in_one_line(gang):
+    actors, formed = gang
+    config = trial_config(steps=5, workload_args={"batch_size": 5}, devices=2, localize=False)
+    result = _answer(actors, actors.run(formed, config, config.workload, None, None))
+    assert result.outcome == "failed"
+    assert result.error.startswith("UnevenBatch: a global batch of 5 does not split evenly across 2 devices")
+    assert "\n" not in result.error
+
+
+def test_ranks_that_ended_apart_fail_the_trial():
+    from concurrent.futures import Future
+
+    from ampsweep.sweep.cluster._gang import _rank_zero
+
+    result = run_trial(_fp32_trial(steps=2), str(TINY) + ":make")
+    done: Future[Any] = Future()
+    done.set_result([(result, "aaaa"), (None, "bbbb")])
+    failed = _rank_zero(done).result()
+    assert failed.outcome == "failed"
+    assert failed.error.startswith("RanksDiverged: the ranks ended with different parameters")
+
+
+def test_a_rank_takes_its_part_of_the_global_batch():
+    from ampsweep.jobs.training._data_parallel import RankGroup, UnevenBatch, shard
+
+    x, y = np.arange(12).reshape(6, 2), np.arange(6)
+    assert [part.tolist() for part in shard((x, y), RankGroup(rank=1, size=3))] == [[[4, 5], [6, 7]], [2, 3]]
+    with pytest.raises(UnevenBatch, match="a global batch of 6 does not split evenly across 4 devices"):
+        shard((x, y), RankGroup(rank=0, size=4))
