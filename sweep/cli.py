@@ -107,6 +107,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = sweep.plan()
     for line in plan.lines():
         print(line)
+    size = sweep.spec.devices_per_trial
+    if size > 1:
+        print(
+            f"gangs: {len(plan)} trials x 1 gang of {size} devices each (data parallel, "
+            f"{sweep.spec.placement_strategy}); the cluster runs one trial per {size} of its devices at once, "
+            f"and each batch the workload yields is the global batch, split {size} ways"
+        )
     ends = {t.start_step + t.steps for t in plan.trials}
     if sweep.spec.horizon is not None and plan.trials and sweep.spec.horizon > max(ends):
         print(

@@ -144,3 +144,18 @@ def test_a_rank_takes_its_part_of_the_global_batch():
     assert [part.tolist() for part in shard((x, y), RankGroup(rank=1, size=3))] == [[[4, 5], [6, 7]], [2, 3]]
     with pytest.raises(UnevenBatch, match="a global batch of 6 does not split evenly across 4 devices"):
         shard((x, y), RankGroup(rank=0, size=4))
+
+
+def test_a_gang_needs_its_devices_on_one_node_under_strict_pack():
+    from ampsweep.sweep._errors import SpecError
+    from ampsweep.sweep.cluster._pool import gang_layout
+    from ampsweep.sweep.devices import AscendBackend
+
+    npu = AscendBackend()
+    two_nodes = [{"NPU": 8.0, "CPU": 4.0}, {"NPU": 4.0, "CPU": 4.0}]
+    assert gang_layout([(npu, 12)], two_nodes, 8, "STRICT_PACK")[0][1] == 1
+    assert gang_layout([(npu, 12)], two_nodes, 4, "STRICT_PACK")[0][1] == 3
+    three_each = [{"NPU": 3.0}, {"NPU": 3.0}]
+    assert gang_layout([(npu, 6)], three_each, 4, "PACK")[0][1] == 1  # PACK spans nodes
+    with pytest.raises(SpecError, match="no room for a gang of 4 ascend devices .the most on one node is 3"):
+        gang_layout([(npu, 6)], three_each, 4, "STRICT_PACK")

@@ -195,14 +195,12 @@ class GangActors:
         return self._call(actor, ("run_rank", config, workload_ref, hint, start))
 
     def profile(self, actor: Gang, args: tuple[Any, ...]) -> Any:
-        # the FP32 headroom profile is a single-device measurement: rank 0 takes it alone
+        """Not on a gang: the FP32 headroom profile is a single-device run, and one rank alone
+        would wait in the step's collectives for ranks that never join it."""
         key = object()
         answer: Future[Any] = Future()
-        answer.add_done_callback(lambda done: self.completions.put((key, done)))
-        if not actor.ranks:
-            answer.set_exception(GangLost("the gang has not formed"))
-        else:
-            actor.ranks[0].profile.remote(*args).future().add_done_callback(lambda done: _copy(done, answer))
+        answer.set_exception(RuntimeError("the FP32 profile runs on a single device, not on a gang"))
+        self.completions.put((key, answer))
         return key
 
     def _call(self, gang: Gang, args: tuple[Any, ...]) -> Any:

@@ -52,6 +52,16 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
 
 
+def gang_of(plan: SweepPlan, resolved_yaml: str) -> tuple[int, str]:
+    """The devices each trial of ``plan`` runs on and how its gang is placed (the spec's
+    ``devices_per_trial`` and ``placement_strategy``)."""
+    import yaml
+
+    size = max((trial.devices for trial in plan.trials), default=1)
+    strategy = (yaml.safe_load(resolved_yaml) or {}).get("placement_strategy") or "STRICT_PACK"
+    return size, str(strategy)
+
+
 def run_sweep(
     plan: SweepPlan,
     resolved_yaml: str,
@@ -101,6 +111,7 @@ def run_sweep(
         # a caller that started Ray itself decided the runtime_env already
         pool.workload_ref, shipped = ship_workload(plan.workload_ref, address)
         start_ray(address, run.workers, {**(run.runtime_env or {}), **(shipped or {})} or None)
+    pool.use_gangs(*gang_of(plan, resolved_yaml))
     pool.open()  # before anything is written: a device kind the cluster lacks is a usage error
     lock.acquire()
     try:

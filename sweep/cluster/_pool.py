@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ampsweep.jobs import Placement, TrialConfig, TrialResult
 
 from .._config import FailurePolicy, RunConfig
-from .._errors import ClusterLost, Interrupted
+from .._errors import ClusterLost, Interrupted, SpecError
 from ..devices import DeviceBackend, device_setup, discover
 from ..scheduling._slot import Slot
 from ._actors import Actors, ClusterWatch, RayActors
@@ -90,6 +90,19 @@ class WorkerPool:
         self._idle: dict[int, Slot] = {}
         self._last_live = time.monotonic()
         self._next_beat = 0.0
+        #: devices of each trial: above 1, each slot is a gang of that many rank actors (``_gang``)
+        self.gang_size = 1
+        self.placement_strategy = "STRICT_PACK"
+
+    def use_gangs(self, size: int, strategy: str = "STRICT_PACK") -> None:
+        """Run every trial on a gang of ``size`` rank actors (data parallel), before ``open``."""
+        if size <= 1 or self.gang_size == size:
+            return
+        from ._gang import GangActors
+
+        self.gang_size, self.placement_strategy = size, strategy
+        if isinstance(self.actors, RayActors):  # a stand-in (benchmarks, tests) stays as it is
+            self.actors = GangActors(size, strategy)
 
     # the cluster --------------------------------------------------------------------------------
     def open(self) -> None:
@@ -100,6 +113,9 @@ class WorkerPool:
         import ray
 
         layout = discover(self.config.devices or self.devices, ray.cluster_resources(), self.config.workers)
+        if self.gang_size > 1:
+            nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+            layout = gang_layout(layout, nodes, self.gang_size, self.placement_strategy)
         backends = [backend for backend, count in layout for _ in range(count)]
         self.slots = [Slot(backend, index) for index, backend in enumerate(backends)]
 
@@ -357,3 +373,31 @@ class WorkerPool:
         if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
             self._actor_died(slot, exc, running_left=not started)
         self._wake(idle_only=True)  # the trial is back in line, and its graph may have lost a holder
+
+
+def gang_layout(
+    layout: list[tuple[DeviceBackend, int]], nodes: list[dict[str, float]], size: int, strategy: str
+) -> list[tuple[DeviceBackend, int]]:
+    """How many gangs of ``size`` devices each backend holds: per node under ``STRICT_PACK``.
+
+    A cluster with room for none is a usage error before anything runs:
+    ``STRICT_PACK`` keeps a gang on one node (an NPU ring does not span
+    nodes), so what counts is the most devices one node has.
+    """
+    gangs = []
+    for backend, count in layout:
+        per_node = [backend.available(resources) for resources in nodes] or [count]
+        held = sum(n // size for n in per_node) if strategy == "STRICT_PACK" else sum(per_node) // size
+        held = min(held, count // size)
+        if held == 0:
+            where = (
+                f"the most on one node is {max(per_node)}" if strategy == "STRICT_PACK" else f"it has {count}"
+            )
+            raise SpecError(
+                "devices_per_trial",
+                size,
+                f"the Ray cluster has no room for a gang of {size} {backend.kind} devices ({where}, "
+                f"placement_strategy {strategy})",
+            )
+        gangs.append((backend, held))
+    return gangs
