@@ -24,12 +24,11 @@ from pathlib import Path
 
 import yaml
 
-from ampsweep.contracts import SPEC_FILE
-
 from ._analyze import analyze
 from ._model import SweepAnalysis
 from .compute._load import resolve
 from .compute._next_sweep import NEXT_SPEC_FILE, next_spec
+from .compute._side_files import read_spec_file
 from .render._csv import ranking_csv
 from .render._figures import report_figures
 from .render._html import render_html
@@ -104,7 +103,7 @@ def write_report(
     following = next(
         (k.recommendation.next_sweep for k in analysis.kinds if k.recommendation.next_sweep), None
     )
-    spec = _sweep_spec(sweep_dir) if following is not None and following.has_spec else None
+    spec = read_spec_file(sweep_dir) if following is not None and following.has_spec else None
     if following is not None and spec is not None:
         text = yaml.safe_dump(next_spec(spec, following, spec_dir), sort_keys=False)
         _atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
@@ -113,13 +112,3 @@ def write_report(
     report = target / "report.md"
     _atomic_write(report, render_markdown(analysis))
     return report
-
-
-def _sweep_spec(sweep_dir: str | Path) -> dict | None:
-    """The resolved spec the sweep ran (``spec.yaml`` in its folder); None when there is none."""
-    loc = resolve(sweep_dir)
-    if not loc.exists(SPEC_FILE):
-        return None
-    with loc.fs.open_input_stream(loc.join(SPEC_FILE)) as stream:
-        spec = yaml.safe_load(stream.read().decode())
-    return spec if isinstance(spec, dict) else None

@@ -67,6 +67,9 @@ class TrialConfig:
     save_snapshot: bool = False
     #: a data-parallel trial on this many devices (a gang); the workload's batch is the global batch
     devices: int = 1
+    #: which of ``workload_args`` the grid sweeps (``grid.workload_args``): part of the configuration.
+    #: Not in the id: the id holds every argument's value already, fixed or swept
+    swept_args: tuple[str, ...] = ()
 
     @classmethod
     def fp32(cls, workload: str, seed: int, steps: int, **settings: Any) -> TrialConfig:
@@ -122,7 +125,13 @@ class TrialConfig:
     def configuration(self) -> Configuration:
         """What the user chose for this trial, except the seed (no device kind: not run yet)."""
         return Configuration(
-            self.amp_level, self.black_list, self.clip, self.loss_scale, self.dtype, self.loss_placement
+            self.amp_level,
+            self.black_list,
+            self.clip,
+            self.loss_scale,
+            self.dtype,
+            self.loss_placement,
+            workload_args={name: self.workload_args[name] for name in self.swept_args},
         )
 
     @property

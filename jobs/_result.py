@@ -14,7 +14,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from ampsweep.contracts import ANOMALIES_SCHEMA, LAYERS_SCHEMA, STEPS_SCHEMA, TRIALS_SCHEMA, Outcome
+from ampsweep.contracts import (
+    ANOMALIES_SCHEMA,
+    LAYERS_SCHEMA,
+    STEPS_SCHEMA,
+    TRIALS_SCHEMA,
+    Outcome,
+    arg_column,
+)
 
 from ._config import TrialConfig
 from ._placement import Placement
@@ -158,4 +165,8 @@ class TrialResult:
             "fp32_cell_paths": None if self.fp32_part is None else list(self.fp32_part.paths),
             "devices": config.devices,
         }
-        return pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)
+        table = pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)
+        # the swept workload arguments: one text column each, after the fixed schema (``arg_column``)
+        for name, value in config.configuration.workload_args:
+            table = table.append_column(arg_column(name), pa.array([value], pa.string()))
+        return table

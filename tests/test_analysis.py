@@ -641,6 +641,7 @@ def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
         "dtype": "float16",
         "device_kind": "gpu",
         "loss_placement": "inside",
+        "workload_args": {},
     }
     by_relation = {n["relation"]: n for n in rec.evidence["neighbours"]}
     assert by_relation["clip_smaller"]["config"]["clip"] == 0.25

@@ -11,15 +11,24 @@ without importing ``sweep`` or ``jobs``.
 from __future__ import annotations
 
 from ._configuration import (
+    ARG_COLUMN_PREFIX,
+    FLOAT32_NAMES,
     NAME_SEPARATOR,
     Configuration,
+    arg_column,
+    arg_text,
     black_list_of,
     black_list_value,
     clip_name,
     clip_value,
+    dtype_name,
+    is_precision_knob,
     level_name,
     loss_placement_name,
     loss_scale_name,
+    reference_value,
+    workload_args_of,
+    workload_args_value,
 )
 from ._formulas import (
     FINAL_FRACTION,
@@ -183,4 +192,13 @@ __all__ = [
     "loss_scale_name",
     "Configuration",
     "black_list_of",
+    "ARG_COLUMN_PREFIX",
+    "arg_column",
+    "arg_text",
+    "dtype_name",
+    "is_precision_knob",
+    "reference_value",
+    "workload_args_of",
+    "workload_args_value",
+    "FLOAT32_NAMES",
 ]

@@ -17,14 +17,27 @@ find in every other. The style:
 
 * parts joined by `` · ``, in the order a user chooses them: the AMP level
   (with the low-precision dtype when it is not float16, or when asked for),
-  the classes kept in FP32 (``FP32: CustomNorm, ExpSoftmax``), the clip
+  the classes kept in FP32 (``FP32: CustomNorm, ExpSoftmax``), the workload's
+  own swept arguments in the user's words (``softmax_dtype=float32``), the clip
   (``clip 5.0`` / ``no clip``), the loss scale (``loss scale dynamic``, left
   out when there is none), where the loss runs (``loss outside``) and the
   device kind (``on gpu``); the last two only when asked for (``spell``);
 * **O0 is FP32.** Under O0 nothing is cast: the name is ``FP32``, with no
   black list, no dtype, no loss placement and no "no clip" (a clip is named
   when one was set); the planner counts the O0 trials that differ only in
-  those as equivalent, so the ranking never shows two of them.
+  those as equivalent, so the ranking never shows two of them. A swept
+  workload argument whose value is a low-precision dtype name
+  (``compute_dtype=float16``) makes O0 not FP32: such a configuration is
+  named ``O0 · compute_dtype=float16``.
+
+**The user's own knobs** (``grid.workload_args``): a swept keyword argument of
+the workload's factory is part of the configuration, as ``(name, text)`` pairs
+sorted by name, each value written by :func:`arg_text` only, and carried in the
+trials table as a column ``arg_<name>`` (:func:`arg_column`). An argument whose
+values are float dtype names is a *precision knob*: the FP32 reference of a
+trial is the O0 trial with every such knob at float32
+(:func:`reference_value`), and every other swept argument at the trial's own
+value.
 
 :meth:`Configuration.name` is the name a person reads, with only the optional
 parts that differ between the rows shown; :attr:`Configuration.id` spells every
@@ -36,8 +49,10 @@ pandas), so every part can import it.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
@@ -49,6 +64,71 @@ FP32_NAME = "FP32"
 DEFAULT_DTYPE = "float16"
 #: the parts a name spells only when asked: those that differ between the rows shown
 OPTIONAL_PARTS = frozenset({"dtype", "loss_placement", "device_kind"})
+
+
+#: the trials table's column of a swept workload argument is this prefix and its name
+ARG_COLUMN_PREFIX = "arg_"
+#: float dtype names, as a factory's argument spells them: an argument with such values is a precision knob
+FLOAT_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "fp64"})
+FLOAT32_NAMES = frozenset({"float32", "fp32", "float64", "fp64"})
+_DTYPE_PREFIX = re.compile(r"^(mindspore\.|mstype\.|ms\.)")
+
+#: a swept workload argument of a configuration: its name and its value's text (:func:`arg_text`)
+WorkloadArg = tuple[str, str]
+
+
+def arg_column(name: str) -> str:
+    """The trials table's column of a swept workload argument: ``arg_softmax_dtype``."""
+    return f"{ARG_COLUMN_PREFIX}{name}"
+
+
+def arg_text(value: Any) -> str:
+    """A workload argument's value as the user typed it in YAML: 'float32', '0.001', 'true', '[2, 4]'.
+
+    Text is what identifies the value everywhere (a column, a name, a ranking
+    row), so a value read back from Parquet equals the one the spec gave.
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def dtype_name(text: str) -> str | None:
+    """'float16' for 'float16', 'mstype.float16' or 'fp16'-like names; None when ``text`` is no float dtype."""
+    name = _DTYPE_PREFIX.sub("", str(text).strip().lower())
+    return name if name in FLOAT_DTYPE_NAMES else None
+
+
+def is_precision_knob(values: Sequence[Any]) -> bool:
+    """Whether a swept argument sets a precision: every value is a float dtype name."""
+    return bool(values) and all(isinstance(v, str) and dtype_name(v) is not None for v in values)
+
+
+def reference_value(values: Sequence[Any]) -> Any | None:
+    """The value of a swept argument that the FP32 reference uses: float32 for a precision knob
+    (None when it has no float32 value), else None: the reference then matches each trial's own value."""
+    if not is_precision_knob(values):
+        return None
+    return next((v for v in values if dtype_name(v) in FLOAT32_NAMES), None)
+
+
+def workload_args_of(value: Any) -> tuple[WorkloadArg, ...]:
+    """Swept workload arguments from any form a table or a spec holds them in, sorted by name.
+
+    A mapping or ``(name, value)`` pairs; ``"a=x, b=y"`` (ranking.csv's text);
+    None, NaN or ``""`` for none.
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value in ("", "none"):
+        return ()
+    if isinstance(value, str):
+        value = [part.split("=", 1) for part in re.split(r", (?=[A-Za-z_][A-Za-z0-9_]*=)", value)]
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(name), arg_text(v)) for name, v in items))
+
+
+def workload_args_value(workload_args: Iterable[WorkloadArg]) -> str:
+    """'softmax_dtype=float32, lr=0.001' (name order); 'none' when no argument is swept."""
+    return ", ".join(f"{name}={value}" for name, value in workload_args) or "none"
 
 
 def missing(value: Any) -> bool:
@@ -132,6 +212,8 @@ class Configuration:
     dtype: str = DEFAULT_DTYPE
     loss_placement: str = "outside"
     device_kind: str = ""
+    #: the workload's own swept arguments (``grid.workload_args``): ``(name, value text)`` sorted by name
+    workload_args: tuple[WorkloadArg, ...] = ()
 
     #: every field, in the order a user chooses them (and a table row carries them): set below the class
     FIELDS: ClassVar[tuple[str, ...]]
@@ -141,6 +223,7 @@ class Configuration:
         set_(self, "amp_level", str(self.amp_level))
         set_(self, "black_list", black_list_of(self.black_list))
         set_(self, "clip", None if missing(self.clip) else float(self.clip))  # type: ignore[arg-type]
+        set_(self, "workload_args", workload_args_of(self.workload_args))
         for field in fields(self):
             if isinstance(field.default, str):  # a text field: empty or missing takes its default
                 set_(self, field.name, _text(getattr(self, field.name), field.default))
@@ -150,11 +233,18 @@ class Configuration:
         """The configuration of a trials or ranking row, a ``config`` dict or a spec-like mapping.
 
         Missing keys take their defaults; a row with only ``black_list_key`` (a
-        label) is read from it.
+        label) is read from it; a trials row's ``arg_<name>`` columns are its
+        swept workload arguments (a null one: not swept for that row).
         """
         values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
         if "black_list" not in values and "black_list_key" in row:
             values["black_list"] = row["black_list_key"]
+        if "workload_args" not in values:
+            values["workload_args"] = {
+                key[len(ARG_COLUMN_PREFIX) :]: value
+                for key, value in row.items()
+                if str(key).startswith(ARG_COLUMN_PREFIX) and not (value is None or value != value)
+            }
         return cls(**values)
 
     def as_row(self) -> dict[str, Any]:
@@ -172,6 +262,19 @@ class Configuration:
         return self.amp_level == FP32_LEVEL
 
     @property
+    def low_precision_args(self) -> tuple[WorkloadArg, ...]:
+        """The swept arguments that make the workload itself compute in a low precision (``compute_dtype=float16``)."""
+        return tuple(
+            (name, value)
+            for name, value in self.workload_args
+            if dtype_name(value) is not None and dtype_name(value) not in FLOAT32_NAMES
+        )
+
+    def args_name(self) -> str:
+        """'softmax_dtype=float32, lr=0.001': the swept arguments in the user's words; '' when none."""
+        return ", ".join(f"{name}={value}" for name, value in self.workload_args)
+
+    @property
     def id(self) -> str:
         """Every part spelled: the stable key of ranking.csv and recommendation.json,
         e.g. 'O2 float16 · FP32: A · clip 5.0 · loss outside · on gpu'."""
@@ -186,7 +289,7 @@ class Configuration:
         dtype or loss placement, and a clip only when one was set.
         """
         spelled = frozenset(spell)
-        parts = [self.cast_name(spell_dtype="dtype" in spelled)]
+        parts = [self.settings_name(spell_dtype="dtype" in spelled)]
         if not self.fp32 or self.clip is not None:
             parts.append(clip_name(self.clip))
         if self.loss_scale != "none":
@@ -198,11 +301,21 @@ class Configuration:
         return NAME_SEPARATOR.join(parts)
 
     def cast_name(self, *, spell_dtype: bool = False) -> str:
-        """What is cast and what stays in FP32: 'O2 · FP32: CustomNorm', 'O2', 'FP32' (O0 casts nothing)."""
+        """What is cast and what stays in FP32: 'O2 · FP32: CustomNorm', 'O2', 'FP32' (O0 casts nothing;
+        'O0' where a swept argument makes the workload compute in a low precision itself)."""
+        if self.fp32 and self.low_precision_args:
+            return FP32_LEVEL
         level = level_name(self.amp_level, self.dtype, spell_dtype=spell_dtype)
         if not self.black_list or self.fp32:
             return level
         return f"{level}{NAME_SEPARATOR}{FP32_NAME}: {', '.join(self.black_list)}"
+
+    def settings_name(self, *, spell_dtype: bool = False) -> str:
+        """What is cast, what stays in FP32 and the swept workload arguments, without the clip and the
+        scale: 'O2 · FP32: CustomNorm', 'O2 · softmax_dtype=float32' (a row of the divergence map)."""
+        return NAME_SEPARATOR.join(
+            [self.cast_name(spell_dtype=spell_dtype), *(f"{n}={v}" for n, v in self.workload_args)]
+        )
 
     def trial_name(self, seed: Any, spell: Iterable[str] = ()) -> str:
         """One trial of it: 'O2 · FP32: A · clip 5.0 · seed 0'."""

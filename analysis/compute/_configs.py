@@ -281,6 +281,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["p90_grad_norm_median"] = _nanmedian(num["p90_grad_norm"][idx])
         row["n_black_listed"] = len(row["black_list"])
         row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
+        row["args_preference"] = ranked["args_preference"].iat[idx[0]] if "args_preference" in ranked else ""
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW
+from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW, Configuration
 
 from . import _classes as cls
 from ._steps import FINAL_FRACTION
@@ -220,6 +220,17 @@ CRITERIA: tuple[Criterion, ...] = (
             "and tied on every criterion above."
         ),
         show=_fp32_part_text,
+    ),
+    Criterion(
+        "workload_args",
+        "workload arguments",
+        "args_preference",
+        rule=(
+            "The earlier value of each swept workload argument: `grid.workload_args` lists its values in order "
+            "of preference, cheapest first, so between configurations tied on everything above, the earlier "
+            "value wins (the first argument listed first)."
+        ),
+        show=lambda r: Configuration.from_row(r).args_name() or "none swept",
     ),
     Criterion(
         "clip_class",
@@ -420,4 +431,4 @@ def rank_reason(
 
 FIRST = RankReason()
 #: the criteria that decide only between configurations tied on every learning score
-AFTER_SCORES = ("n_black_listed", "clip_class", "loss_inside", "loss_scaling", "config_id")
+AFTER_SCORES = ("n_black_listed", "workload_args", "clip_class", "loss_inside", "loss_scaling", "config_id")

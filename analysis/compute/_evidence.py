@@ -58,6 +58,7 @@ def describe(row: pd.Series) -> str:
             if len(row["black_list"])
             else "with the default black list"
         )
+    bits.extend(f"{name}={value}" for name, value in row["configuration"].workload_args)
     bits.append(
         "no gradient clipping"
         if pd.isna(row["clip"])

@@ -36,7 +36,7 @@ __all__ = ["BROKE_AT", "best_level", "cut_at_fp32_break", "fp32_break_steps"]
 
 #: Column added to the scores: the global step at which this trial's seed's FP32 run broke (NaN: it did not).
 BROKE_AT = "fp32_broke_at"
-_KEYS = ("workload", "device_kind", "seed")
+_KEYS = ("model", "device_kind", "seed")  # the model: the workload and its swept non-precision arguments
 
 Key = tuple[Hashable, ...]
 

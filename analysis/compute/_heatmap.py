@@ -26,6 +26,13 @@ _LEVEL_ORDER = {lvl: i for i, lvl in enumerate(("O0", "O1", "O2", "O3"))}
 MAX_PANELS = 6
 
 
+def _swept(ranking: pd.DataFrame) -> list[tuple]:
+    """Each row's swept workload arguments: a row of the map each, beside the level and black list."""
+    if "workload_args" not in ranking.columns:
+        return [()] * len(ranking)
+    return [tuple(w) if isinstance(w, tuple) else () for w in ranking["workload_args"]]
+
+
 def divergence_grids(ranking: pd.DataFrame) -> list[DivergenceGrid]:
     """The map's panels for one device kind's ranking (empty when there is nothing ranked)."""
     if ranking.empty:
@@ -34,7 +41,10 @@ def divergence_grids(ranking: pd.DataFrame) -> list[DivergenceGrid]:
     if len(panels) > MAX_PANELS:
         panels = [("", "")]
     # a row per name: the O0 rows are one "FP32" row, whatever black list they carried
-    names = [Configuration(a, b).cast_name() for a, b in zip(ranking["amp_level"], ranking["black_list"])]
+    names = [
+        Configuration(a, b, workload_args=w).settings_name()
+        for a, b, w in zip(ranking["amp_level"], ranking["black_list"], _swept(ranking))
+    ]
     order: dict[str, tuple] = {}
     for name, a, b in zip(names, ranking["amp_level"], ranking["black_list"]):
         order[name] = min(order.get(name, (9,)), (_LEVEL_ORDER.get(a, 9), a, len(b), b))

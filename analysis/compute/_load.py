@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ampsweep.contracts import (
+    ARG_COLUMN_PREFIX,
     HORIZON_FOLDER,
     PLAN_FILE,
     TRIALS_SCHEMA,
@@ -132,11 +133,17 @@ def files_by_trial(loc: SweepLocation, sub: str, wanted: set[str] | None = None)
 
 
 def configurations(frame: pd.DataFrame) -> list[Configuration]:
-    """Each row's configuration (its ``Configuration.FIELDS`` columns; missing ones take the defaults)."""
-    columns = [c for c in Configuration.FIELDS if c in frame.columns]
+    """Each row's configuration (its ``Configuration.FIELDS`` columns and ``arg_<name>`` columns;
+    missing ones take the defaults)."""
+    columns = [c for c in (*Configuration.FIELDS, *arg_columns(frame)) if c in frame.columns]
     return [
         Configuration.from_row(dict(zip(columns, values))) for values in zip(*(frame[c] for c in columns))
     ]
+
+
+def arg_columns(frame: pd.DataFrame) -> list[str]:
+    """The trials table's swept-workload-argument columns (``arg_<name>``), in table order."""
+    return [c for c in frame.columns if str(c).startswith(ARG_COLUMN_PREFIX)]
 
 
 def load_trials(sweep_dir: str | Path) -> pd.DataFrame:

@@ -34,7 +34,12 @@ _BROKEN = (cls.TIER_UNSTABLE, cls.TIER_SILENT)
 
 def config_dict(row: pd.Series) -> dict[str, Any]:
     """The user-facing choice (``recommendation.json``'s ``config``)."""
-    return {**row["configuration"].as_row(), "black_list": list(row["configuration"].black_list)}
+    config = row["configuration"]
+    return {
+        **config.as_row(),
+        "black_list": list(config.black_list),
+        "workload_args": dict(config.workload_args),
+    }
 
 
 def state(row: pd.Series) -> str:
@@ -244,8 +249,40 @@ def _black_list_neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list
     return out, undecided
 
 
+def _argument_neighbours(ranking: pd.DataFrame, best: pd.Series) -> list[dict[str, Any]]:
+    """The recommendation with another value of one swept workload argument, as the user names it:
+    'softmax_dtype=float16 instead of float32: diverged on 2/2 seeds ...; localized to softmax (KnobSoftmax)...'."""
+    out: list[dict[str, Any]] = []
+    mine = best["configuration"]
+    for name, value in mine.workload_args:
+        for _, other in ranking.iterrows():
+            theirs = dict(other["configuration"].workload_args)
+            if (
+                theirs.get(name, value) == value
+                or replace(mine, workload_args={**theirs, name: value}) != mine
+            ):
+                continue
+            if replace(other["configuration"], workload_args={**theirs, name: value}) != mine:
+                continue
+            label = f"{name}={theirs[name]} instead of {value}"
+            text = f"{label}: {summary(other)}"
+            if other["tier"] == best["tier"]:
+                text += f"; {name}={value} is not needed for stability here"
+            out.append(
+                {
+                    "relation": "workload_arg",
+                    "argument": name,
+                    "label": label,
+                    "tried": True,
+                    **row_facts(other),
+                    "text": text,
+                }
+            )
+    return out
+
+
 def neighbours(ranking: pd.DataFrame, best: pd.Series) -> tuple[list[dict[str, Any]], list[str]]:
-    """Clip and black-list neighbours of ``best``, and the gaps they leave undecided."""
+    """Clip, black-list and swept-argument neighbours of ``best``, and the gaps they leave undecided."""
     clip_rows, clip_gaps = _clip_neighbours(ranking, best)
     bl_rows, bl_gaps = _black_list_neighbours(ranking, best)
-    return clip_rows + bl_rows, clip_gaps + bl_gaps
+    return clip_rows + bl_rows + _argument_neighbours(ranking, best), clip_gaps + bl_gaps

@@ -15,6 +15,9 @@ fallback target, then everything else with its target known.
 The *FP32 reference* trials are the O0 trials with no clipping and an empty
 black list; when a seed (on a device kind) has none of those, any O0 trial of
 that seed is used, so a sweep that only ran clipped O0 still has a baseline.
+With swept workload arguments (``grid.workload_args``), "the same workload"
+means the same *model* (:func:`_model`): a reference shares a trial's swept
+arguments, except precision knobs, which it has at float32.
 """
 
 from __future__ import annotations
@@ -25,22 +28,33 @@ import numpy as np
 import pandas as pd
 
 from ampsweep.contracts import (
+    FLOAT32_NAMES,
     FP32_LEVEL,
     TARGET_FROM_FP32,
     LearningEvidence,
     Outcome,
     TrialVerdict,
     Verdict,
+    arg_column,
+    dtype_name,
+    is_precision_knob,
+    reference_value,
     trial_verdict,
     underflow_excess,
 )
 
 from .._model import Fp32Reference
 from ._fp32_break import BROKE_AT, cut_at_fp32_break
-from ._load import load_trials
+from ._load import arg_columns, load_trials
+from ._side_files import swept_values
 from ._steps import aggregate_steps
 
 UNSTABLE_OUTCOMES = (Outcome.DIVERGED.value, Outcome.FAILED.value)
+#: the scores' column naming what a trial's FP32 reference must share: the workload and its swept
+#: arguments other than precision knobs (:func:`_model`)
+MODEL = "model"
+#: the scores' column of a trial's swept-argument values as positions in the spec's lists (``_args_preference``)
+ARGS_PREFERENCE = "args_preference"
 
 
 def ranked_trials(trials: pd.DataFrame) -> pd.Series:
@@ -55,10 +69,44 @@ def ranked_trials(trials: pd.DataFrame) -> pd.Series:
     return ~duplicate
 
 
-def _reference_mask(trials: pd.DataFrame) -> pd.Series:
-    o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
+def _model(trials: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Each trial's model (the workload with its swept arguments that are not precision knobs), and
+    whether its precision knobs are at float32: what makes an O0 trial the FP32 reference of a trial.
+
+    A swept ``lr`` or ``hidden`` changes what FP32 learns, so a trial is held to the O0 run with the
+    same values; a swept ``softmax_dtype`` is what mixed precision changes, so the reference has it at
+    float32 (where the sweep ran float32 at all).
+    """
+    model = trials["workload"].astype(str)
+    at_fp32 = pd.Series(True, index=trials.index)
+    for column in arg_columns(trials):
+        values = trials[column]
+        known = sorted(set(values.dropna()))
+        if not is_precision_knob(known):
+            model = model + f"|{column}=" + values.fillna("").astype(str)
+        elif reference_value(known) is not None:
+            at_fp32 &= values.isna() | values.map(lambda v: dtype_name(str(v)) in FLOAT32_NAMES)
+    return model, at_fp32
+
+
+def _args_preference(trials: pd.DataFrame, order: dict[str, list[str]]) -> pd.Series:
+    """Each trial's swept workload arguments as positions in the spec's lists ('000.001'): the values are
+    listed cheapest first, so between configurations that tie, the lower text wins. '' with none swept."""
+    if not order:
+        return pd.Series("", index=trials.index, dtype="object")
+    parts = []
+    for name, values in order.items():
+        column = arg_column(name)
+        got = trials[column] if column in trials.columns else pd.Series(None, index=trials.index)
+        position = {value: i for i, value in enumerate(values)}
+        parts.append(got.map(lambda v, p=position: f"{p.get(v, len(p)):03d}"))
+    return pd.concat(parts, axis=1).agg(".".join, axis=1)
+
+
+def _reference_mask(trials: pd.DataFrame, at_fp32: pd.Series) -> pd.Series:
+    o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"] & at_fp32
     plain = o0 & trials["clip"].isna() & (trials["black_list"].map(len) == 0)
-    keys = ["workload", "device_kind", "seed"]
+    keys = [MODEL, "device_kind", "seed"]
     has_plain = plain.groupby([trials[k] for k in keys], dropna=False).transform("any")
     return plain | (o0 & ~has_plain)
 
@@ -74,19 +122,19 @@ def _baseline_finals(trials: pd.DataFrame, final: pd.Series) -> pd.Series:
     ref = trials["reference"] & np.isfinite(final)
     completed = ref & (trials["outcome"] == "completed")
     use = completed if completed.any() else ref
-    refs = trials.loc[use, ["workload", "device_kind", "seed"]].assign(final=final[use])
+    refs = trials.loc[use, [MODEL, "device_kind", "seed"]].assign(final=final[use])
     lookups = [
         (
-            ("workload", "device_kind", "seed"),
-            refs.groupby(["workload", "device_kind", "seed"], dropna=False),
+            (MODEL, "device_kind", "seed"),
+            refs.groupby([MODEL, "device_kind", "seed"], dropna=False),
         ),
-        (("workload", "device_kind"), refs.groupby(["workload", "device_kind"], dropna=False)),
-        (("workload", "seed"), refs.groupby(["workload", "seed"], dropna=False)),
-        (("workload",), refs.groupby(["workload"], dropna=False)),
+        ((MODEL, "device_kind"), refs.groupby([MODEL, "device_kind"], dropna=False)),
+        ((MODEL, "seed"), refs.groupby([MODEL, "seed"], dropna=False)),
+        ((MODEL,), refs.groupby([MODEL], dropna=False)),
     ]
     tables = [(keys, group["final"].median().to_dict()) for keys, group in lookups]
     out = []
-    for row in trials[["workload", "device_kind", "seed"]].itertuples(index=False):
+    for row in trials[[MODEL, "device_kind", "seed"]].itertuples(index=False):
         value = np.nan
         for keys, table in tables:
             key = tuple(getattr(row, k) for k in keys)
@@ -106,14 +154,14 @@ def _fp32_spread(scores: pd.DataFrame, level: pd.Series, start: pd.Series) -> pd
     """
     cut = scores[BROKE_AT].notna()
     ref = scores["reference"] & np.isfinite(level) & np.isfinite(start)
-    keys = [scores.loc[ref, "workload"], scores.loc[ref, "device_kind"], cut[ref]]
+    keys = [scores.loc[ref, MODEL], scores.loc[ref, "device_kind"], cut[ref]]
     groups = pd.DataFrame({"final": level[ref], "start": start[ref]}).groupby(keys, dropna=False)
     spread: dict[object, float] = {}
     for key, group in groups:
         decrease = float(group["start"].median() - group["final"].median())
         if len(group) > 1 and decrease > 0:
             spread[key] = float(group["final"].max() - group["final"].min()) / decrease
-    out = [spread.get(key, 0.0) for key in zip(scores["workload"], scores["device_kind"], cut)]
+    out = [spread.get(key, 0.0) for key in zip(scores[MODEL], scores["device_kind"], cut)]
     return pd.Series(out, index=scores.index, dtype="float64")
 
 
@@ -121,7 +169,7 @@ def _own_seed(scores: pd.DataFrame, values: pd.Series, baseline: pd.Series) -> p
     """``baseline``, except on the seeds whose FP32 run broke: there, the median of that seed's own
     FP32 runs over the steps before the break (another seed's whole run is no measure of them)."""
     cut = scores[BROKE_AT].notna()
-    keys = ["workload", "device_kind", "seed"]
+    keys = [MODEL, "device_kind", "seed"]
     ref = scores["reference"] & cut & np.isfinite(values)
     own = values[ref].groupby([scores.loc[ref, k] for k in keys], dropna=False).median().to_dict()
     mine = [
@@ -151,7 +199,9 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     trials = load_trials(sweep_dir) if trials is None else trials.copy()
     trials = trials.reset_index(drop=True)
     trials["ranked"] = ranked_trials(trials)
-    trials["reference"] = _reference_mask(trials)
+    trials[MODEL], at_fp32 = _model(trials)
+    trials[ARGS_PREFERENCE] = _args_preference(trials, swept_values(sweep_dir))
+    trials["reference"] = _reference_mask(trials, at_fp32)
 
     is_o0 = (trials["amp_level"] == FP32_LEVEL) & trials["ranked"]
     given = trials["target_loss"]
@@ -208,12 +258,12 @@ def _fp32_reached(scores: pd.DataFrame) -> pd.Series:
     """
     ref = scores[scores["reference"] & scores["target"].notna()]
     reached = ref["steps_to_target"].notna()
-    keys = ["workload", "device_kind", "seed"]
+    keys = [MODEL, "device_kind", "seed"]
     by_seed = reached.groupby([ref[k] for k in keys], dropna=False).any().to_dict()
-    by_kind = (reached.groupby([ref["workload"], ref["device_kind"]], dropna=False).mean() >= 0.5).to_dict()
+    by_kind = (reached.groupby([ref[MODEL], ref["device_kind"]], dropna=False).mean() >= 0.5).to_dict()
     out = []
     for row in scores[keys].itertuples(index=False):
-        value = by_seed.get(tuple(row), by_kind.get((row.workload, row.device_kind)))
+        value = by_seed.get(tuple(row), by_kind.get((row.model, row.device_kind)))
         out.append(None if value is None else bool(value))
     return pd.Series(out, index=scores.index, dtype="object")
 
@@ -284,10 +334,10 @@ def trial_verdicts(sweep_dir: str | Path) -> dict[str, TrialVerdict]:
 
 def _speed_vs_fp32(scores: pd.DataFrame) -> pd.Series:
     ref = scores["reference"] & scores["median_step_ms"].gt(0)
-    base = scores.loc[ref].groupby(["workload", "device_kind"], dropna=False)["median_step_ms"].median()
+    base = scores.loc[ref].groupby([MODEL, "device_kind"], dropna=False)["median_step_ms"].median()
     out = []
-    for workload, kind, ms in zip(scores["workload"], scores["device_kind"], scores["median_step_ms"]):
-        base_ms = base.get((workload, kind), np.nan)
+    for model, kind, ms in zip(scores[MODEL], scores["device_kind"], scores["median_step_ms"]):
+        base_ms = base.get((model, kind), np.nan)
         out.append(base_ms / ms if ms and ms > 0 else np.nan)
     return pd.Series(out, index=scores.index, dtype="float64")
 

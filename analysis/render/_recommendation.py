@@ -83,10 +83,12 @@ Schema ``ampsweep.recommendation/1``::
       "loss_spikes_median": float | null,
       "fp32": Row & {"final_loss_delta", "final_loss_delta_rel", "steps_to_target_delta": float | null,
                      "text": str} | null,            # the FP32 baseline of the same kind
-      "neighbours": [Row & {"relation": "clip_smaller" | "clip_larger" | "black_list_without",
+      "neighbours": [Row & {"relation": "clip_smaller" | "clip_larger" | "black_list_without"
+                                        | "workload_arg",   # another value of one swept workload argument
                             "class": str,            # black_list_without only: the class removed
+                            "argument": str,         # workload_arg only: the argument whose value differs
                             "label": str, "tried": bool,
-                            "same_class": bool | null,   # same stability tier and clip class
+                            "same_class": bool | null,   # same stability tier and clip class (not workload_arg)
                             "text": str}],           # untried neighbours carry only config/label/text
       "runner_up": Row & {"rule": str, "text": str,            # next stable mixed-precision config
                           "within_noise": bool,              # tied with the recommendation within seed noise

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, black_list_value, clip_name, loss_scale_name
+from ampsweep.contracts import FP32_LEVEL, Configuration, black_list_value, clip_name, loss_scale_name
 
 from .._model import (
     NEXT_SPEC_FILE,
@@ -55,16 +55,19 @@ from ._held import held_line
 
 
 def change_text(config: dict[str, Any], loss_placement_recorded: bool = False) -> str:
-    """'Use O2, keep ExpSoftmax in FP32, clip 1.0': the change in the words of the configuration's name."""
+    """'Use O2, keep ExpSoftmax in FP32, clip 1.0': the change in the words of the configuration's name;
+    a swept workload argument in the user's own words: 'Use O2, set softmax_dtype=float32, clip 1.0'."""
     level = str(config["amp_level"])
+    configuration = Configuration.from_row(config)
     if level == FP32_LEVEL:
-        head = "Keep FP32 (O0)"
+        head = "Use O0" if configuration.low_precision_args else "Keep FP32 (O0)"
     else:
         head = f"Use {level}" + ("" if config.get("dtype") in (None, "float16") else f" in {config['dtype']}")
     parts = [head]
     black_list = list(config.get("black_list") or [])
     if black_list and level != FP32_LEVEL:
         parts.append(f"keep {black_list_value(black_list)} in FP32")
+    parts.extend(f"set {name}={value}" for name, value in configuration.workload_args)
     parts.append(clip_name(config.get("clip")))
     if str(config.get("loss_scale", "none")) not in ("none", ""):
         parts.append(loss_scale_name(config["loss_scale"]))

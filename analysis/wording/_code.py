@@ -35,12 +35,13 @@ scaling needs a ``TrainOneStepCell`` subclass, which Model then runs as is.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL, Configuration
 
 from .._model import Recommendation
 
@@ -170,7 +171,35 @@ def _loss_placement(row: Mapping[str, Any] | pd.Series) -> str:
     return "outside" if value == "outside" else "inside"
 
 
-def _cast_block(amp_level: str, black_list: tuple[str, ...], dtype: str, placement: str) -> list[str]:
+def _literal(text: str) -> str:
+    """A swept argument's value text (``arg_text``) as Python source: '"float32"', '0.001', 'True'."""
+    try:
+        return repr(json.loads(text))
+    except ValueError:
+        return repr(text)
+
+
+def _arguments(row: Mapping[str, Any] | pd.Series) -> list[str]:
+    """The swept workload arguments the configuration sets, as the line that builds the user's network."""
+    swept = Configuration.from_row(dict(row)).workload_args
+    if not swept:
+        return []
+    call = ", ".join(f"{name}={_literal(value)}" for name, value in swept)
+    return [
+        "# build net with the arguments the sweep chose (your factory's keyword arguments, or the same",
+        f"# fields of your model's config): make(seed, {call})",
+    ]
+
+
+def _cast_block(
+    amp_level: str,
+    black_list: tuple[str, ...],
+    dtype: str,
+    placement: str,
+    arguments: list[str] | None = None,
+) -> list[str]:
+    if arguments:
+        return [*arguments, *_cast_block(amp_level, black_list, dtype, placement)]
     if placement == "outside":
         return [
             "# net, loss_fn, optimizer: yours. Cast the network alone, as the sweep did: its output comes",
@@ -203,7 +232,7 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     amp_level, black_list, clip, scaler, dtype = _config(row)
     lines = [
         *_preamble(amp_level, black_list),
-        *_cast_block(amp_level, black_list, dtype, _loss_placement(row)),
+        *_cast_block(amp_level, black_list, dtype, _loss_placement(row), _arguments(row)),
     ]
     if scaler:
         lines.append(f"loss_scaler = {scaler}")
@@ -256,7 +285,7 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
     placement = _loss_placement(row)
-    cast = _cast_block(amp_level, black_list, dtype, placement)
+    cast = _cast_block(amp_level, black_list, dtype, placement, _arguments(row))
     lines = _preamble(amp_level, black_list, model=True)
     if scaler is None and clip is None and placement == "outside":
         return "\n".join(

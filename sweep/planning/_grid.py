@@ -22,19 +22,22 @@ def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConf
     from its snapshot.
     """
     grid = spec.grid
+    swept = tuple(grid.workload_args)
     trials: dict[str, TrialConfig] = {}
-    for level, black, clip, scale, dtype, placement, seed in itertools.product(
+    for level, black, clip, scale, dtype, placement, args, seed in itertools.product(
         grid.amp_level,
         grid.black_list,
         grid.clip,
         grid.loss_scale,
         grid.dtype,
         grid.loss_placement,
+        itertools.product(*grid.workload_args.values()),
         grid.seed,
     ):
         config = TrialConfig(
             workload=spec.workload,
-            workload_args=dict(spec.workload_args),
+            workload_args={**spec.workload_args, **dict(zip(swept, args))},
+            swept_args=swept,
             steps=spec.steps,
             abort_after=spec.abort_after,
             layer_every=spec.layer_every,

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from ampsweep.contracts import FP32_LEVEL, ReferenceFormError, parse_loss_scale, parse_reference
+from ampsweep.contracts import FP32_LEVEL, ReferenceFormError, arg_text, parse_loss_scale, parse_reference
 
 from .._errors import SpecError
 
@@ -46,6 +46,9 @@ class Grid(BaseModel):
     #: ``outside``: the loss runs in float32 on the cast network's output (``Model``, a
     #: hand-written loop); ``inside``: the loss cell is cast with the network
     loss_placement: list[LossPlacement] = ["outside"]
+    #: the workload factory's own keyword arguments as axes, each value list in order of preference
+    #: (cheapest first: between configurations that tie, the earlier value wins)
+    workload_args: dict[str, list[Any]] = Field(default_factory=dict)
 
     @field_validator("clip")
     @classmethod
@@ -148,6 +151,9 @@ class SweepSpec(BaseModel):
     devices_per_trial: int = Field(default=1, ge=1)
     #: where a gang's devices may lie: ``STRICT_PACK`` on one node (one HCCL/NCCL ring), ``PACK`` across nodes
     placement_strategy: Literal["STRICT_PACK", "PACK"] = "STRICT_PACK"
+    #: ``search: adaptive``: workload arguments that fix a break where the search would otherwise add a
+    #: class to the black list, e.g. ``{softmax_dtype: float32}`` (tried first, in the order written)
+    remedies: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -172,6 +178,13 @@ class SweepSpec(BaseModel):
         except ReferenceFormError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+
+def _plain(value: Any) -> bool:
+    """A YAML scalar (string, number, bool, null) or a list of plain values: what a value's text can name."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    return isinstance(value, list) and all(_plain(v) for v in value)
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -212,6 +225,7 @@ def parse_spec(data: Any) -> SweepSpec:
         raise validation_error_to_spec_error(exc) from None
     _check_search(spec)
     _check_horizon(spec)
+    _check_workload_args(spec)
     if spec.horizon is None:
         spec.horizon = trials_end(spec)  # the resolved spec says where the answer must hold
     return spec
@@ -242,6 +256,49 @@ def _check_horizon(spec: SweepSpec) -> None:
             spec.horizon,
             f"at most {end:,} with search: adaptive (its confirmation round runs confirm.steps_factor "
             "times longer); use search: grid to continue the answer to the horizon",
+        )
+
+
+def _check_workload_args(spec: SweepSpec) -> None:
+    """Each swept argument's values are plain, distinct and at least one; and an argument is fixed
+    (``workload_args``), swept (``grid.workload_args``) or a remedy: one of them."""
+    for name, values in spec.grid.workload_args.items():
+        field = f"grid.workload_args.{name}"
+        if not values:
+            raise SpecError(field, values, "a list of at least one value")
+        seen: set[str] = set()
+        for value in values:
+            if not _plain(value):
+                raise SpecError(
+                    field, value, "a plain YAML value: a string, number, true/false, null, or a list of those"
+                )
+            if arg_text(value) in seen:
+                raise SpecError(field, values, f"distinct values ({value!r} appears twice; a typo?)")
+            seen.add(arg_text(value))
+        if name in spec.workload_args:
+            raise SpecError(
+                f"grid.workload_args.{name}",
+                name,
+                "an argument is either fixed (top-level workload_args) or swept (grid.workload_args), "
+                "not both; remove it from one",
+            )
+    for name, value in spec.remedies.items():
+        if not _plain(value):
+            raise SpecError(
+                f"remedies.{name}", value, "a plain YAML value (string, number, true/false, null, list)"
+            )
+        if name in spec.grid.workload_args:
+            raise SpecError(
+                f"remedies.{name}",
+                name,
+                "a remedy is an argument the adaptive search sets where a configuration breaks; "
+                "this one is already swept in grid.workload_args",
+            )
+    if spec.remedies and spec.search != "adaptive":
+        raise SpecError(
+            "remedies",
+            dict(spec.remedies),
+            "remedies are tried by search: adaptive only; with search: grid, sweep the argument in grid.workload_args",
         )
 
 

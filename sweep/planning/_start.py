@@ -15,8 +15,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ampsweep.contracts import CHECKPOINT_SNAPSHOT, PREFIX_SNAPSHOT
+from ampsweep.contracts import CHECKPOINT_SNAPSHOT, PREFIX_SNAPSHOT, reference_value
 from ampsweep.jobs import (
     TrialConfig,
     Workload,
@@ -45,13 +46,22 @@ class StartPoint:
         return "an FP32 prefix" if self.prefix is not None else f"checkpoint {self.checkpoint}"
 
 
+def prefix_arguments(spec: SweepSpec) -> dict[str, Any]:
+    """The swept workload arguments an FP32 prefix runs with: a precision knob at float32, every other
+    argument at its first value (the grid's trials of a seed all continue from that one prefix)."""
+    return {
+        name: reference_value(values) if reference_value(values) is not None else values[0]
+        for name, values in spec.grid.workload_args.items()
+    }
+
+
 def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:
     """The FP32 run whose end state every trial of ``seed`` starts from."""
     return TrialConfig.fp32(
         spec.workload,
         seed,
         steps,
-        workload_args=dict(spec.workload_args),
+        workload_args={**spec.workload_args, **prefix_arguments(spec)},
         abort_after=spec.abort_after,
         layer_every=spec.layer_every,
         save_snapshot=True,

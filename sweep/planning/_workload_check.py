@@ -7,13 +7,17 @@ worker starts.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ampsweep.jobs import (
     WorkloadError,
     build_workload,
     known_layer_types,
+    load_factory,
     network_cell_types,
     resolve_reference,
 )
@@ -49,11 +53,15 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     """Resolve and build the workload once, check the black-list names; or raise ``SpecError``."""
     reference = resolve_workload(spec, spec_dir)
     try:
-        workload = build_workload(reference, spec.grid.seed[0], spec.workload_args)
+        factory = load_factory(reference)
     except WorkloadError as exc:
-        # an import that raised or a missing factory says what happened; a refused reference, what is allowed
-        error = SpecFailed if exc.failed else SpecError
-        raise error("workload", spec.workload, str(exc).split(": ", 1)[-1]) from None
+        raise _refused(spec, exc) from None
+    _check_argument_names(spec, factory)
+    first = {name: values[0] for name, values in spec.grid.workload_args.items()}
+    try:
+        workload = build_workload(reference, spec.grid.seed[0], {**spec.workload_args, **first})
+    except WorkloadError as exc:
+        raise _refused(spec, exc) from None
     except TypeError as exc:
         raise SpecError("workload_args", spec.workload_args, f"the factory rejected them ({exc})") from None
     except Exception as exc:  # the user's factory itself raised
@@ -68,6 +76,40 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     return WorkloadFacts(
         reference, tuple(sorted(in_network | in_loss)), frozenset(in_loss - in_network), starts
     )
+
+
+def _refused(spec: SweepSpec, exc: WorkloadError) -> SpecError:
+    """An import that raised or a missing factory says what happened; a refused reference, what is allowed."""
+    error = SpecFailed if exc.failed else SpecError
+    return error("workload", spec.workload, str(exc).split(": ", 1)[-1])
+
+
+#: what the sweep itself passes to every factory: never a user's axis
+_OWN_ARGUMENTS = ("seed", "start_step")
+
+
+def _check_argument_names(spec: SweepSpec, factory: Callable[..., Any]) -> None:
+    """Every swept argument and remedy is a keyword argument the factory takes (any, with ``**kwargs``)."""
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: its call says what it rejects
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    takes = [
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        and p.name not in _OWN_ARGUMENTS
+    ]
+    for section, names in (("grid.workload_args", spec.grid.workload_args), ("remedies", spec.remedies)):
+        for name in names:
+            if name not in takes:
+                raise SpecError(
+                    f"{section}.{name}",
+                    name,
+                    f"a keyword argument of {spec.workload}: {', '.join(takes) or 'it takes none but seed'}",
+                )
 
 
 def _check_black_lists(spec: SweepSpec, cells: list[object]) -> None:

@@ -1,0 +1,120 @@
+"""The workload's own arguments as axes (``grid.workload_args``), asked and answered in the user's words.
+
+The end-to-end test is issue 48's: a factory whose attention takes ``softmax_dtype``
+(float16 overflows in ``exp``, float32 trains) swept over O0/O2 × clip × two seeds
+recommends O2 with ``softmax_dtype=float32``, and the report's first line says so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from ampsweep.contracts import Configuration, arg_column
+from ampsweep.sweep import SpecError, Sweep
+
+KNOB = Path(__file__).parent / "workloads" / "softmax_knob.py"
+ROOT = Path(__file__).parent.parent
+
+
+def _spec(**top) -> dict:
+    grid = {
+        "amp_level": ["O0", "O2"],
+        "clip": [None, 1.0],
+        "seed": [0, 1],
+        "workload_args": {"softmax_dtype": ["float16", "float32"]},
+        **top.pop("grid", {}),
+    }
+    return {"name": "knob", "workload": f"{KNOB}:make", "steps": 80, "grid": grid, **top}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"grid": {"workload_args": {"softmax_type": ["float16"]}}},
+            "grid.workload_args.softmax_type: 'softmax_type' is not allowed; a keyword argument of",
+        ),
+        ({"grid": {"workload_args": {"softmax_dtype": []}}}, "grid.workload_args.softmax_dtype: [] is not allowed"),
+        (
+            {"grid": {"workload_args": {"softmax_dtype": ["float16", "float16"]}}},
+            "grid.workload_args.softmax_dtype: ['float16', 'float16'] is not allowed; distinct values",
+        ),
+        (
+            {"grid": {"workload_args": {"softmax_dtype": [{"a": 1}]}}},
+            "grid.workload_args.softmax_dtype: {'a': 1} is not allowed; a plain YAML value",
+        ),
+        (
+            {"workload_args": {"softmax_dtype": "float32"}},
+            "grid.workload_args.softmax_dtype: 'softmax_dtype' is not allowed; an argument is either fixed",
+        ),
+        ({"remedies": {"input_scale": 1.0}}, "remedies: {'input_scale': 1.0} is not allowed; remedies are tried"),
+    ],
+)
+def test_a_bad_workload_argument_axis_is_one_line_before_anything_runs(change, message):
+    with pytest.raises(SpecError) as error:
+        Sweep(_spec(**change))
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_the_cli_refuses_it_with_exit_2_and_writes_nothing(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(_spec(grid={"workload_args": {"sofmax_dtype": ["float32"]}})))
+    ran = subprocess.run(
+        [sys.executable, "-m", "ampsweep", "run", str(spec), "--out", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert "grid.workload_args.sofmax_dtype" in ran.stderr and "softmax_dtype" in ran.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_each_value_is_part_of_the_trial_and_its_name():
+    plan = Sweep(_spec()).plan()
+    assert len(plan.trials) == 16
+    by_value = {t.workload_args["softmax_dtype"] for t in plan.trials}
+    assert by_value == {"float16", "float32"}
+    assert len({t.trial_id for t in plan.trials}) == 16
+    names = {t.configuration.name() for t in plan.trials if t.amp_level == "O2" and t.clip is None}
+    assert names == {"O2 · softmax_dtype=float16 · no clip", "O2 · softmax_dtype=float32 · no clip"}
+    # O0 with a low-precision value is not FP32: the workload computes its softmax in float16 itself
+    assert Configuration("O0", workload_args={"softmax_dtype": "float16"}).name() == "O0 · softmax_dtype=float16"
+    assert Configuration("O0", workload_args={"softmax_dtype": "float32"}).name() == "FP32 · softmax_dtype=float32"
+
+
+def test_a_sweep_without_swept_arguments_keeps_its_trial_ids():
+    spec = _spec(grid={"workload_args": {}})
+    spec["workload_args"] = {"softmax_dtype": "float32"}
+    fixed = {t.trial_id for t in Sweep(spec).plan().trials}
+    swept = _spec(grid={"workload_args": {"softmax_dtype": ["float32"]}})
+    # the id holds every argument's value: fixed or swept, the same trial is the same trial
+    assert fixed == {t.trial_id for t in Sweep(swept).plan().trials}
+
+
+@pytest.mark.slow
+def test_the_knob_is_the_answer_in_the_users_words(tmp_path):
+    spec = tmp_path / "knob.yaml"
+    spec.write_text(yaml.safe_dump(_spec()))
+    ran = subprocess.run(
+        [sys.executable, "-m", "ampsweep", "run", str(spec), "--out", str(tmp_path / "runs"), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    sweep = tmp_path / "runs" / "knob"
+    trials = pd.read_parquet(sweep / "trials")
+    assert set(trials[arg_column("softmax_dtype")]) == {"float16", "float32"}
+    report = (sweep / "report" / "report.md").read_text()
+    answer = next(line for line in report.splitlines() if line.startswith(("Use ", "**Use ")))
+    assert answer.lstrip("*").startswith("Use O2, set softmax_dtype=float32"), answer
+    broken = trials[(trials["amp_level"] == "O2") & (trials[arg_column("softmax_dtype")] == "float16")]
+    assert set(broken["outcome"]) == {"diverged"}
