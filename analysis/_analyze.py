@@ -25,10 +25,11 @@ from .compute._criteria import RankContext
 from .compute._evidence import kind_recommendation
 from .compute._figure_data import figure_data
 from .compute._horizon import held_to_of
+from .compute._learning_rate import LearningRate, learning_rate_of
 from .compute._load import inventory, load_trials, resolve, unreadable_trials
 from .compute._rank import rank_configs
 from .compute._scores import fp32_reference, trial_scores
-from .compute._side_files import read_horizon, read_profile, read_search
+from .compute._side_files import read_horizon, read_profile, read_search, read_spec_file
 from .wording._answer import answer_lines
 from .wording._code import recommendation_code
 from .wording._held import past_the_horizon
@@ -55,6 +56,13 @@ def _sweep_name(trials: pd.DataFrame, fallback: str) -> str:
     return str(names.mode().iloc[0]) if len(names) else fallback
 
 
+def _learning_rate(sweep_dir: str | Path) -> LearningRate | None:
+    """The workload's learning-rate argument, from the spec the sweep ran (and its factory's source,
+    a relative file looked up from the working directory)."""
+    spec = read_spec_file(sweep_dir)
+    return None if spec is None else learning_rate_of(spec)
+
+
 def _rank_kind(
     sweep_dir: str | Path,
     kind: str,
@@ -72,7 +80,11 @@ def _rank_kind(
         ranking=ranking,
         reference=reference,
         recommendation=_worded(
-            kind_recommendation(ranking, scores, ctx, recorded), ranking, scores, recorded, horizon
+            kind_recommendation(ranking, scores, ctx, recorded, _learning_rate(sweep_dir)),
+            ranking,
+            scores,
+            recorded,
+            horizon,
         ),
         speed_decides=ctx.speed_decides,
         figures=figure_data(sweep_dir, ranking, scores) if figures else None,

@@ -118,3 +118,43 @@ def test_the_knob_is_the_answer_in_the_users_words(tmp_path):
     assert answer.lstrip("*").startswith("Use O2, set softmax_dtype=float32"), answer
     broken = trials[(trials["amp_level"] == "O2") & (trials[arg_column("softmax_dtype")] == "float16")]
     assert set(broken["outcome"]) == {"diverged"}
+
+
+@pytest.mark.slow
+def test_the_adaptive_search_tries_a_remedy_before_a_class(tmp_path):
+    spec = _spec(
+        grid={"workload_args": {}, "clip": [None], "seed": [0, 1]},
+        search="adaptive",
+        remedies={"softmax_dtype": "float32"},
+        confirm={"seeds": 0, "steps_factor": 1},
+        steps=60,
+    )
+    result = Sweep(spec).run(tmp_path / "runs", workers=2, progress=False)
+    assert result.ran > 0
+    sweep = tmp_path / "runs" / "knob"
+    log = yaml.safe_load((sweep / "search.json").read_text())
+    family = log["families"][0]
+    assert family["remedies_added"] == {"softmax_dtype": "float32"}
+    assert family["minimal_black_list"] == []
+    assert [r["phase"] for r in family["rounds"]][:2] == ["grow", "remedy"]
+    from ampsweep import analysis
+
+    written = analysis.write_report(sweep)
+    first = next(line for line in written.read_text().splitlines() if line.startswith("Use "))
+    assert first.startswith("Use O2, set softmax_dtype=float32"), first
+
+
+def test_when_fp32_breaks_the_next_spec_sweeps_the_factorys_learning_rate(tmp_path):
+    from ampsweep import analysis
+    from ampsweep.contracts import SPEC_FILE
+    from tests.test_fp32_breaks import FP32_LR, build_fp32_breaks
+
+    build_fp32_breaks(tmp_path, clip_holds=False)
+    spec = {"name": "lr", "workload": FP32_LR, "steps": 200, "grid": {"amp_level": ["O0", "O2"], "clip": [None, 1.0]}}
+    (tmp_path / SPEC_FILE).write_text(yaml.safe_dump(spec))
+    analysis.write_report(tmp_path)
+    following = yaml.safe_load((tmp_path / "report" / "next-spec.yaml").read_text())
+    # fp32_lr's factory: make(seed, lr=0.1); the next sweep keeps 0.1 first (cheapest: no change)
+    assert following["grid"]["workload_args"] == {"lr": [0.1, 0.033, 0.01]}
+    assert "lr" not in (following.get("workload_args") or {})
+    Sweep(following, base_dir=tmp_path)  # and it validates: a spec the user can run as it is

@@ -44,7 +44,7 @@ class SearchRound:
     """One probe of the search: a black list, run on every seed."""
 
     round: int
-    phase: str  # baseline | grow | loss scale | shrink | clip | confirm
+    phase: str  # baseline | grow | loss scale | remedy | shrink | clip | confirm
     black_list: list[str]
     clip: float | None
     outcomes: dict[str, str]  # seed -> stable | diverged | silent | failed
@@ -54,11 +54,13 @@ class SearchRound:
     loss_scale: str = "none"  # what its mixed-precision trials ran with
     #: seed -> the share of gradient values float16 lost (``underflow_excess``), where measured
     underflow: dict[str, float] = field(default_factory=dict)
+    #: the workload arguments its trials ran with beyond the spec's fixed ones (swept, and remedies kept)
+    workload_args: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class SearchFamily:
-    """The search for one AMP level × dtype × loss scale."""
+    """The search for one AMP level × dtype × loss scale (× loss placement × swept workload arguments)."""
 
     amp_level: str
     dtype: str
@@ -71,11 +73,20 @@ class SearchFamily:
     confirmation: str = ""
     #: the loss scale the search added because the evidence showed underflow (None: the grid's own)
     loss_scale_added: str | None = None
+    #: this family's values of the grid's swept workload arguments (``grid.workload_args``)
+    workload_args: dict[str, Any] = field(default_factory=dict)
+    #: the spec's remedies the search kept because they made a probe stable (``remedies``)
+    remedies_added: dict[str, Any] = field(default_factory=dict)
 
     @property
     def effective_loss_scale(self) -> str:
         """The loss scale its mixed-precision probes run with."""
         return self.loss_scale_added or self.loss_scale
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The workload arguments its mixed-precision probes run with beyond the spec's fixed ones."""
+        return {**self.workload_args, **self.remedies_added}
 
 
 @dataclass

@@ -36,6 +36,7 @@ from .._model import (
 from . import _classes as cls
 from ._classes import num
 from ._criteria import BY_NAME, RankContext
+from ._learning_rate import LearningRate
 from ._loss_placement import loss_placement_notes
 from ._neighbours import config_dict, neighbours, row_facts, summary
 from ._next_sweep import diagnose
@@ -409,7 +410,11 @@ def _recommended(
 
 
 def _no_stable(
-    ranking: pd.DataFrame, scores: pd.DataFrame, kind: str, broke: Fp32Break | None = None
+    ranking: pd.DataFrame,
+    scores: pd.DataFrame,
+    kind: str,
+    broke: Fp32Break | None = None,
+    learning_rate: LearningRate | None = None,
 ) -> Recommendation:
     fp32 = fp32_row(ranking)
     mp = ranking[ranking["amp_level"] != FP32_LEVEL]
@@ -431,7 +436,7 @@ def _no_stable(
     if fp32 is not None:
         statements.append(f"{fp32['label']}: {summary(fp32)}")
     cell = culprit(ranking, None)
-    following = diagnose(scores, cell, broke)
+    following = diagnose(scores, cell, broke, learning_rate)
     if broke is not None:
         # FP32 is no fallback when it breaks itself: the Cell that broke in float32 is the one to show
         cell = broke.localization or cell
@@ -471,11 +476,13 @@ def kind_recommendation(
     scores: pd.DataFrame,
     ctx: RankContext | None = None,
     loss_placement_recorded: bool = False,
+    learning_rate: LearningRate | None = None,
 ) -> Recommendation:
     """The recommendation for one device kind (``ranking`` and ``scores`` restricted to it).
 
     ``loss_placement_recorded``: whether the trials recorded ``loss_placement``
-    (then the recommendation names it). ``answer`` and ``code`` are left for
+    (then the recommendation names it); ``learning_rate``: the factory's, which
+    the next sweep lowers where FP32 itself breaks. ``answer`` and ``code`` are left for
     the wording to fill in (:mod:`analysis._analyze`).
     """
     kind = str(ranking["device_kind"].iloc[0]) if len(ranking) else ""
@@ -488,7 +495,7 @@ def kind_recommendation(
     else:
         broke = fp32_break(ranking, scores)
         if not ranking["recommended"].any():
-            rec = _no_stable(ranking, scores, kind, broke)
+            rec = _no_stable(ranking, scores, kind, broke, learning_rate)
         else:
             best = ranking[ranking["recommended"]].iloc[0]
             rec = _recommended(ranking, scores, best, kind, ctx or RankContext(), loss_placement_recorded)

@@ -4,7 +4,8 @@ When no mixed-precision configuration learns like FP32, "keep FP32" is where
 a user starts, not an answer: the evidence already says which remedy the grid
 lacked. When FP32 itself broke, that comes first (cause ``fp32``): the fix is to
 the FP32 run (a clip that held, the Cell that broke in float32, the learning
-rate), and the next sweep adds clip thresholds only when the grid never clipped.
+rate), and the next sweep adds clip thresholds only when the grid never clipped,
+and lower learning rates where the workload's factory takes one.
 Otherwise three causes, checked in this order:
 
 * **underflow**: the mixed-precision trials are silent failures and float16
@@ -24,6 +25,7 @@ the renderers print its ``why`` and the report writer writes ``next_spec`` as
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,7 @@ from ampsweep.contracts import (
 )
 
 from .._model import NEXT_SPEC_FILE, Fp32Break, Localization, NextSweep
+from ._learning_rate import LearningRate
 
 __all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
@@ -75,8 +78,22 @@ def _axis(scores: pd.DataFrame, name: str) -> list[Any]:
     return values
 
 
-def _fp32_breaks(scores: pd.DataFrame, broke: Fp32Break) -> NextSweep:
-    """FP32 itself broke: the next sweep is about the FP32 run, never a black list or "keep FP32"."""
+def _fp32_breaks(scores: pd.DataFrame, broke: Fp32Break, learning_rate: LearningRate | None) -> NextSweep:
+    """FP32 itself broke: the next sweep is about the FP32 run, never a black list or "keep FP32".
+    Where the factory takes a learning rate, the next sweep tries lower ones."""
+    following = _fp32_clip_or_code(scores, broke)
+    if learning_rate is None:
+        return following
+    values = learning_rate.next_values()
+    return replace(
+        following,
+        change=f"{following.change}; the next sweep tries {learning_rate.name} {values}",
+        grid={**following.grid, "workload_args": {learning_rate.name: values}},
+    )
+
+
+def _fp32_clip_or_code(scores: pd.DataFrame, broke: Fp32Break) -> NextSweep:
+    """The next step for an FP32 break without a learning-rate argument: clip thresholds, or the code."""
     cell = broke.localization
     where = (
         f"{cell.cell} ({cell.cell_class}) went non-finite first in FP32 ({cell.phase})"
@@ -113,14 +130,20 @@ def fp32_fixes(broke: Fp32Break) -> str:
     return ", ".join(steps[:-1]) + f" or {steps[-1]}"
 
 
-def diagnose(scores: pd.DataFrame, cell: Localization | None, broke: Fp32Break | None = None) -> NextSweep:
+def diagnose(
+    scores: pd.DataFrame,
+    cell: Localization | None,
+    broke: Fp32Break | None = None,
+    learning_rate: LearningRate | None = None,
+) -> NextSweep:
     """The cause of a sweep without an answer, from its trials' verdicts, underflow and localization.
 
     ``broke``: FP32 itself went non-finite. That comes first: no mixed-precision
-    remedy (a black list, loss scaling) fixes what already breaks in FP32.
+    remedy (a black list, loss scaling) fixes what already breaks in FP32;
+    ``learning_rate`` (the factory's, :mod:`._learning_rate`) is then swept lower.
     """
     if broke is not None:
-        return _fp32_breaks(scores, broke)
+        return _fp32_breaks(scores, broke, learning_rate)
     mixed = _mixed(scores)
     silent = mixed[mixed["verdict"] == Verdict.SILENT.value]
     underflow = (
@@ -205,7 +228,15 @@ def next_spec(spec: dict[str, Any], sweep: NextSweep, spec_dir: str | Path | Non
     if spec_dir is not None and "workload" in out:
         out["workload"] = _absolute_workload(out["workload"], Path(spec_dir))
     out["name"] = f"{spec.get('name', 'sweep')}-next"
-    out["grid"] = {**dict(spec.get("grid") or {}), **sweep.grid}
+    grid = dict(spec.get("grid") or {})
+    out["grid"] = {**grid, **sweep.grid}
+    if "workload_args" in sweep.grid:
+        # a swept argument joins the grid's others and leaves the fixed ones (it may not be both)
+        out["grid"]["workload_args"] = {**(grid.get("workload_args") or {}), **sweep.grid["workload_args"]}
+        fixed = {
+            k: v for k, v in (spec.get("workload_args") or {}).items() if k not in sweep.grid["workload_args"]
+        }
+        out["workload_args"] = fixed
     if sweep.search:
         out["search"] = sweep.search
         out["localize"] = True

@@ -29,8 +29,9 @@ order while ``run_rounds`` runs every batch on the sweep's worker pool.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Generator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ampsweep.contracts import (
     CONFIRM_FOLDER,
@@ -39,9 +40,12 @@ from ampsweep.contracts import (
     SearchFamily,
     SearchLog,
     SearchRound,
+    arg_text,
     encode_search,
+    reference_value,
     static_scale_for,
     underflow_excess,
+    workload_args_of,
 )
 from ampsweep.jobs import TrialConfig
 
@@ -113,11 +117,13 @@ class AdaptiveSearch:
         spec = self.spec
         level = level or family.amp_level
         point = self.workload.starts.for_seed(seed)
+        arguments = family.arguments if level != FP32_LEVEL else self._reference_arguments(family)
         return TrialConfig(
             start_step=point.step if point else 0,
             start_from=point.snapshot if point else None,
             workload=spec.workload,
-            workload_args=dict(spec.workload_args),
+            workload_args={**spec.workload_args, **arguments},
+            swept_args=tuple(arguments),
             steps=steps or spec.steps,
             abort_after=spec.abort_after,
             layer_every=spec.layer_every,
@@ -160,6 +166,18 @@ class AdaptiveSearch:
             evidence.append(SeedEvidence(trial.seed, verdict, cell, self._underflow(store, family, trial)))
         return evidence
 
+    def _reference_arguments(self, family: SearchFamily) -> dict[str, Any]:
+        """The swept arguments of a family's FP32 baseline: its own values, a precision knob at float32
+        (the reference the analysis judges every probe against); a remedy only where it sets float32."""
+        axes = self.spec.grid.workload_args
+        swept = {
+            name: reference_value(axes[name]) if reference_value(axes[name]) is not None else value
+            for name, value in family.workload_args.items()
+        }
+        # a remedy that sets a precision to float32 is what FP32 computes anyway
+        at_fp32 = {name: v for name, v in self.spec.remedies.items() if reference_value([v]) is not None}
+        return {**at_fp32, **swept}
+
     def _fp32_of(self, family: SearchFamily, seed: int, steps: int | None = None) -> TrialConfig:
         """The FP32 baseline a probe is judged against: what the search runs for that seed before its probes."""
         return self._trial(family, [], self.search_clip, seed, steps, level=FP32_LEVEL)
@@ -195,6 +213,7 @@ class AdaptiveSearch:
             outcomes={},
             trial_ids=[t.trial_id for t in trials],
             loss_scale=family.effective_loss_scale,
+            workload_args=dict(family.arguments),
         )
         evidence = self._evidence(store, family, trials)
         for seed in evidence:
@@ -230,15 +249,41 @@ class AdaptiveSearch:
         family.loss_scale_added, probe, evidence = tried[0]
         return probe, evidence
 
+    def _try_remedy(
+        self, family: SearchFamily, black: list[str], untried: list[str]
+    ) -> Steps[tuple[SearchRound, list[SeedEvidence]] | None]:
+        """Probe the next remedy of the spec not tried yet (``remedies``); the family keeps it when that
+        makes every seed stable. None when every remedy was tried."""
+        if not untried:
+            return None
+        name = untried.pop(0)
+        value = self.spec.remedies[name]
+        family.remedies_added[name] = value
+        probe, evidence = yield from self._probe(family, "remedy", black, self.search_clip)
+        stable = is_stable(evidence)
+        probe.decision = f"remedy {name}={arg_text(value)}: {stability_phrase(evidence)}" + (
+            "" if stable else "; dropped"
+        )
+        if not stable:
+            del family.remedies_added[name]
+        return probe, evidence
+
     def _grow(self, family: SearchFamily) -> Steps[list[str] | None]:
         black: list[str] = []
         refused: list[str] = []  # classes whose probe was not_applicable
+        untried = list(self.spec.remedies)  # tried where a class would be added, before the classes
         probe, evidence = yield from self._probe(family, "grow", black, self.search_clip)
         while not is_stable(evidence):
             scaling = needs_loss_scaling(evidence, family.effective_loss_scale != "none")
             if scaling is not None:
                 probe.decision = scaling
                 probe, evidence = yield from self._try_loss_scaling(family, black)
+                continue
+            remedy = yield from self._try_remedy(family, black, untried)
+            if remedy is not None:
+                tried, tried_evidence = remedy
+                if is_stable(tried_evidence):
+                    probe, evidence = tried, tried_evidence
                 continue
             step = next_class(black, evidence, self.spec.search_rounds, refused)
             probe.decision = step.decision
@@ -300,6 +345,7 @@ class AdaptiveSearch:
             & (ranking["dtype"] == family.dtype)
             & (ranking["loss_scale"] == family.loss_scale)
             & (ranking["black_list"].map(tuple) == tuple(sorted(black)))
+            & (ranking["workload_args"].map(tuple) == workload_args_of(family.arguments))
         ].sort_values("rank")
         clips = [None if c != c else float(c) for c in mine["clip"].head(top)]  # NaN is "no clip"
         return clips or [self.search_clip]
@@ -314,12 +360,19 @@ class AdaptiveSearch:
         own = list(self.workload.own_classes)
         self.log.candidate_classes = own
         families = [
-            SearchFamily(level, dtype, scale, loss_placement=placement)
+            SearchFamily(
+                level,
+                dtype,
+                scale,
+                loss_placement=placement,
+                workload_args=dict(zip(grid.workload_args, args)),
+            )
             for level in grid.amp_level
             if level != FP32_LEVEL
             for dtype in grid.dtype
             for scale in grid.loss_scale
             for placement in grid.loss_placement
+            for args in itertools.product(*grid.workload_args.values())
         ]
         self.log.grid_equivalent = (2 ** len(own)) * len(self.seeds) * len(grid.clip) * len(families)
         self.log.families = families
@@ -343,6 +396,9 @@ class AdaptiveSearch:
                 family.conclusion += (
                     f"; with loss scale {family.loss_scale_added} (gradients underflow without it)"
                 )
+            if family.remedies_added:
+                set_ = ", ".join(f"{n}={arg_text(v)}" for n, v in family.remedies_added.items())
+                family.conclusion += f"; with {set_} (a remedy of the spec)"
             self._save()
             if self.spec.confirm.seeds or self.spec.confirm.steps_factor > 1:
                 yield from self._confirm(family, black)
