@@ -8,14 +8,14 @@ Formatting only: every column is the ranking's own (its words were added by
 :mod:`analysis.wording._labels`); the configuration is named by ``label`` (what
 every output shows) and keyed by ``config_id`` (every choice spelled out), both
 by its :class:`~ampsweep.contracts.Configuration`; ``black_list`` is written
-``A, B`` (``none`` when empty).
+``A, B`` (``none`` when empty), ``workload_args`` ``name=value, ...`` (``none``).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ampsweep.contracts import Configuration, black_list_value
+from ampsweep.contracts import Configuration, black_list_value, workload_args_value
 
 from .._model import CONVERGENCE_COLUMNS
 
@@ -65,5 +65,8 @@ def ranking_csv(ranking: pd.DataFrame) -> str:
     """The ranking as CSV text with a fixed column order."""
     table = ranking.reindex(columns=list(RANKING_COLUMNS))
     table["black_list"] = [black_list_value(b) if isinstance(b, tuple) else b for b in table["black_list"]]
+    table["workload_args"] = [
+        workload_args_value(w) if isinstance(w, tuple) else w for w in table["workload_args"]
+    ]
     table["tied_on"] = [", ".join(t) if isinstance(t, tuple) else t for t in table["tied_on"]]
     return table.to_csv(index=False, lineterminator="\n")
