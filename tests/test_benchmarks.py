@@ -55,6 +55,11 @@ EXPECTED: dict[str, list[str]] = {
         "**Forked / from step 0:",
         "ok: every forked trial's first step is 20 or later",
     ],
+    "bench_gang": [
+        "## Trials on several devices: gangs (bench_gang)",
+        "### Dispatch to gangs (driver side, in-process stand-in for the actors)",
+        "| slots | devices per slot | trials | driver ms per trial | trials per s |",
+    ],
     "bench_forecast": [
         "## Forecast quality: the profile's `passes_max_at` against runs from zero (bench_forecast)",
         "| late_softmax | 20 | O2 [], clip off (**short answer**) |",
@@ -170,6 +175,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         "bench_forecast",
         "bench_watch",
         "bench_analysis",
+        "bench_gang",
     ]
     futures = {
         name: pool.submit(_run_tiny, name, out_dir)

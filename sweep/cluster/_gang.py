@@ -182,7 +182,7 @@ class GangActors:
             waiting, gang.waiting = gang.waiting, []
         for key, args in waiting:
             self._send(gang, key, args)
-        infos = self._all_of(gang, [rank.info.remote() for rank in gang.ranks])
+        infos = all_ranks([rank.info.remote() for rank in gang.ranks])
         infos.add_done_callback(lambda done: _copy(done, gang.formed))
 
     def probe(self, actor: Gang) -> Any:
@@ -220,32 +220,8 @@ class GangActors:
             return
         method, *rest = args
         refs = [getattr(rank, method).remote(*rest) for rank in gang.ranks]
-        combined = self._all_of(gang, refs)
+        combined = all_ranks(refs)
         combined.add_done_callback(lambda done: self.completions.put((key, _rank_zero(done))))
-
-    def _all_of(self, gang: Gang, refs: list[Any]) -> Future[Any]:
-        """Every rank's answer, in rank order; or the first failure (the other ranks may wait forever)."""
-        combined: Future[Any] = Future()
-        answers: list[Any] = [None] * len(refs)
-        left = [len(refs)]
-        lock = threading.Lock()
-
-        def one(rank: int, done: Future[Any]) -> None:
-            with lock:
-                if combined.done():
-                    return
-                error = done.exception()
-                if error is not None:
-                    combined.set_exception(error)
-                    return
-                answers[rank] = done.result()
-                left[0] -= 1
-                if left[0] == 0:
-                    combined.set_result(answers)
-
-        for rank, ref in enumerate(refs):
-            ref.future().add_done_callback(lambda done, rank=rank: one(rank, done))
-        return combined
 
     def _fail_waiting(self, gang: Gang, error: BaseException) -> None:
         with gang.lock:
@@ -280,6 +256,31 @@ class GangActors:
 
 class GangLost(RuntimeError):
     """The gang a call was sent to ended (or never formed): its trial runs again on a new gang."""
+
+
+def all_ranks(refs: list[Any]) -> Future[Any]:
+    """Every rank's answer, in rank order; or the first failure (the other ranks may wait forever)."""
+    combined: Future[Any] = Future()
+    answers: list[Any] = [None] * len(refs)
+    left = [len(refs)]
+    lock = threading.Lock()
+
+    def one(rank: int, done: Future[Any]) -> None:
+        with lock:
+            if combined.done():
+                return
+            error = done.exception()
+            if error is not None:
+                combined.set_exception(error)
+                return
+            answers[rank] = done.result()
+            left[0] -= 1
+            if left[0] == 0:
+                combined.set_result(answers)
+
+    for rank, ref in enumerate(refs):
+        ref.future().add_done_callback(lambda done, rank=rank: one(rank, done))
+    return combined
 
 
 def _copy(source: Future[Any], target: Future[Any]) -> None:
@@ -324,4 +325,4 @@ def _rank_zero(done: Future[Any]) -> Future[Any]:
     return answer
 
 
-__all__ = ["Gang", "GangActors", "GangLost", "GangScheduler", "bundle_of", "rank_environment"]
+__all__ = ["Gang", "GangActors", "GangLost", "GangScheduler", "all_ranks", "bundle_of", "rank_environment"]

@@ -173,7 +173,8 @@ def drive_trials(
             heartbeat(running)
             bar.set_running(len(running))
 
-        profile = _profile_args(plan, workload_ref, forks) if run.profile else None
+        # a gang's ranks train together: the single-device profile is the driver's (the CLI's) then
+        profile = _profile_args(plan, workload_ref, forks) if run.profile and pool.gang_size == 1 else None
         answer = pool.run(dispatcher, beat, profile)
     if isinstance(answer, BaseException):
         text = str(answer).strip()

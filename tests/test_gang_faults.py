@@ -1,0 +1,136 @@
+"""A gang's failure paths, end to end on real Ray: a killed rank and a lost node (slow).
+
+A rank that dies ends its gang (the other rank waits in a collective that will
+never complete): the gang is formed again and the trial runs again, counted in
+``attempts``. A node lost under a gang ends the run as under a single actor:
+exit 3 with the resume line and nothing half-committed (a resume is then a
+plain run, which ``test_reliability`` covers). Each test starts and ends only
+its own Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+import yaml
+
+from tests._wait import wait_until
+
+pytestmark = pytest.mark.slow
+TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
+
+
+def _killer(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny_mlp whose first build of seed 1 SIGKILLs its own process (a rank, mid-trial)."""
+    marker = tmp_path / "killed"
+    killer = tmp_path / "killer.py"
+    killer.write_text(
+        "import os, signal, importlib.util, sys\nfrom pathlib import Path\n"
+        f"spec = importlib.util.spec_from_file_location('tiny_for_gang_kill', {str(TINY)!r})\n"
+        "tiny = importlib.util.module_from_spec(spec); sys.modules['tiny_for_gang_kill'] = tiny\n"
+        "spec.loader.exec_module(tiny)\n"
+        "def make(seed, **kw):\n"
+        f"    if seed == 1 and not Path({str(marker)!r}).exists():\n"
+        f"        Path({str(marker)!r}).touch()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return tiny.make(seed, **kw)\n"
+    )
+    return killer, marker
+
+
+def _each_trial_once(root: Path) -> pd.DataFrame:
+    trials = pd.read_parquet(root / "trials")
+    assert trials["trial_id"].is_unique
+    steps = pd.read_parquet(root / "steps")
+    for trial_id, run in trials.set_index("trial_id")["steps_run"].items():
+        assert sorted(steps.loc[steps["trial_id"] == trial_id, "step"]) == list(range(run)), trial_id
+    return trials
+
+
+def test_a_killed_rank_forms_the_gang_again_and_its_trial_runs_again(tmp_path):
+    import ray
+
+    from ampsweep.sweep import RunConfig, Sweep
+
+    killer, marker = _killer(tmp_path)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        sweep = Sweep(
+            {
+                "name": "gang",
+                "workload": f"{killer}:make",
+                "steps": 20,
+                "devices_per_trial": 2,
+                "grid": {"amp_level": ["O0"], "clip": [None, 1.0], "seed": [0, 1]},
+            }
+        )
+        result = sweep.run(tmp_path, RunConfig(progress=False, profile=False))
+    finally:
+        ray.shutdown()
+    assert marker.exists(), "a rank really was SIGKILLed mid-trial"
+    assert result.ran == 4 and sum(result.outcomes.values()) == 4
+    trials = _each_trial_once(tmp_path / "gang")
+    assert len(trials) == 4
+    assert (trials["devices"] == 2).all()
+    assert (trials["outcome"] == "completed").all(), trials["error"].tolist()
+    assert (trials.loc[trials["seed"] == 1, "attempts"] > 1).any(), "the killed trial ran again"
+    assert (trials["attempts"] > 1).sum() == 1, "only the trial on the killed rank ran again"
+
+
+def test_losing_the_node_under_a_gang_ends_the_run_with_a_resume_line(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "lost",
+                "workload": f"{TINY}:make",
+                # each trial takes >= 20 s, 3 of them on one gang: the GCS needs ~15 s to call
+                # the node dead, and a sweep that finishes before that rightly exits 0
+                "workload_args": {"pause_s": 0.005},
+                "steps": 4000,
+                "devices_per_trial": 2,
+                "grid": {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "ampsweep", "run", str(spec), "--out", str(out), "--workers", "2"]
+    # --keep-going: the fail-fast gate would hold the first 3 results back and commit them together
+    command += ["--no-progress", "--keep-going"]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        trials = out / "lost" / "trials"
+
+        def first_committed() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            return len(list(trials.glob("[!.]*.parquet"))) >= 1
+
+        wait_until(first_committed, 400, message=f"a committed trial under {trials}")
+        raylets = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"]
+        assert raylets, "the driver started a private local Ray"
+        for raylet in raylets:
+            raylet.kill()
+        try:
+            stderr = proc.communicate(timeout=180)[1]
+        except subprocess.TimeoutExpired:
+            pytest.fail("hung: the run was still going 180 s after its Ray node died")
+    finally:
+        try:  # what is left of that private cluster shares the driver's session
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 3, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("ampsweep: stopped: ") and "resume with: ampsweep run" in last, stderr[-2000:]
+    # nothing half-committed: each committed trial has all its rows, and the run stopped early
+    committed = _each_trial_once(out / "lost")
+    assert 1 <= len(committed) < 3 and (committed["devices"] == 2).all()
