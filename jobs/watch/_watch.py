@@ -9,6 +9,12 @@ first non-finite loss it replays from the last healthy snapshot with the
 localization hooks, writes ``OUT/watch.json`` and ``OUT/spec.yaml``, prints
 one line, and stops the training.
 
+In a data-parallel job (launched with ``msrun``, ``communication.init()`` called
+before the ``Watch`` is made) every rank watches its loss and the ranks stop at
+the same step (a block's verdict is shared across ranks), but only rank 0
+keeps snapshots, replays and writes: the written spec's ``devices_per_trial``
+is the job's group size, so the sweep trains on the global batch the job does.
+
 ``Watch`` is a ``mindspore.train.Callback`` (``Model.train`` accepts nothing
 else), but ``import ampsweep`` must not import MindSpore: the class mixes the
 Callback base in when the first ``Watch`` is made.
@@ -158,6 +164,8 @@ class Watch:
         self.stop = stop
         self.seed = seed
         self.amp_level = amp_level
+        #: this process's rank and the data-parallel group's size ((0, 1) outside such a job)
+        self.rank, self.group_size = data_parallel_group()
         self._ring = SnapshotRing(self.out, self.keep)
         self._pending: list[tuple[int, Any]] = []  # (global step, loss) not yet looked at
         self._last_snapshot = 0
@@ -200,8 +208,9 @@ class Watch:
         done = int(step) + 1  # steps trained so far: the state a snapshot now holds
         if done - self._last_snapshot >= self.snapshot_every:
             if self.check() and self._network is not None:
-                self._ring.save(done, self._network, self._optimizer)
-                self._last_snapshot = done
+                if self.rank == 0:
+                    self._ring.save(done, self._network, self._optimizer)
+                self._last_snapshot = done  # on every rank: all ranks look at the same steps
         elif len(self._pending) >= CHECK_EVERY:
             self.check()
         return self.stop_requested
@@ -215,7 +224,10 @@ class Watch:
         steps = [step for step, _ in self._pending]
         values = _host_values([loss for _, loss in self._pending])
         self._pending = []
-        bad = np.flatnonzero(~np.isfinite(values))
+        broken = ~np.isfinite(values)
+        if self.group_size > 1:
+            broken = _on_any_rank(broken)
+        bad = np.flatnonzero(broken)
         if not len(bad):
             return True
         self._fire(steps[int(bad[0])])
@@ -275,6 +287,8 @@ class Watch:
 
         started = time.perf_counter()
         self.first_nonfinite_step = failed_at
+        if self.rank != 0:
+            return  # rank 0 saw the same step (the ranks share their gradients): it replays and writes
         _factory_from_main(self.workload)
         policy = self._policy()
         snapshot = self._ring.last_healthy(before=failed_at)
@@ -293,6 +307,7 @@ class Watch:
             finding,
             self.out,
             planned=self.planned_steps,
+            devices=self.group_size,
         )
         extra = {
             "horizon_note": horizon_note(spec, self.planned_steps),
@@ -304,6 +319,26 @@ class Watch:
         self.report = write_outputs(self.out, spec, finding, policy, snapshot, failed_at, extra)
         spec_path = Path(self.report["spec"])
         print(one_line(finding, failed_at, snapshot, spec_path, self.out), flush=True)
+
+
+def _on_any_rank(broken: np.ndarray) -> np.ndarray:
+    """Which steps of the block broke on any rank: every rank stops at the same step, or one rank
+    would wait forever in the next step's gradient all-reduce. One small collective per block; CPU's
+    AllReduce sums only, which is all a union needs."""
+    import mindspore as ms
+    from mindspore import ops
+
+    summed = ops.AllReduce()(ms.Tensor(broken.astype(np.float32)))
+    return summed.asnumpy() > 0
+
+
+def data_parallel_group() -> tuple[int, int]:
+    """(this process's rank, the group's size) once ``mindspore.communication.init()`` ran; (0, 1) before."""
+    from mindspore.communication import GlobalComm, get_group_size, get_rank
+
+    if not GlobalComm.INITED:
+        return 0, 1
+    return int(get_rank()), int(get_group_size())
 
 
 def _factory_from_main(workload: str) -> None:
@@ -354,4 +389,4 @@ def _scalar(loss: Any) -> float:
         return math.nan
 
 
-__all__ = ["Watch", "CHECK_EVERY"]
+__all__ = ["Watch", "CHECK_EVERY", "data_parallel_group"]

@@ -151,8 +151,12 @@ def spec_for(
     finding: Finding,
     out: Path,
     planned: int | None = None,
+    devices: int = 1,
 ) -> dict[str, Any]:
     """The sweep that answers this failure: the policy in use and O0 × [] and [class] × clips × seeds.
+
+    ``devices``: the data-parallel job's group size; each trial then runs on as many devices, on the
+    job's global batch.
 
     It forks from the snapshot (a path relative to the spec, which sits in
     ``out``) and trains past the failure with a margin, so the other seeds,
@@ -185,6 +189,8 @@ def spec_for(
     spec["steps"] = distance + max(MARGIN_STEPS, MARGIN_FACTOR * distance)
     if snapshot is not None:
         spec["start_from"] = {"checkpoint": os.path.relpath(snapshot.path, out), "step": snapshot.step}
+    if devices > 1:
+        spec["devices_per_trial"] = devices
     adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL
     if adaptive:
         spec["search"] = "adaptive"

@@ -1,0 +1,60 @@
+"""``ampsweep.Watch`` inside a data-parallel job launched with ``msrun`` (issue 47, item 5).
+
+Two CPU ranks train ``watch_overflow`` under O2 with a ``DistributedGradReducer``
+and a Watch each. Both must stop at the same step (a rank left in the next
+all-reduce would wait forever); only rank 0 keeps snapshots and writes
+``watch.json`` and the spec, whose ``devices_per_trial`` is the job's group size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "workloads" / "dp_watch_job.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together(tmp_path):
+    out, logs = tmp_path / "watch", tmp_path / "logs"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    ran = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "msrun"),
+            "--worker_num=2",
+            "--local_worker_num=2",
+            f"--master_port={_free_port()}",
+            f"--log_dir={logs}",
+            "--join=True",
+            str(JOB),
+            str(out),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    texts = {p.name: p.read_text(errors="replace") for p in logs.glob("worker_*.log")}
+    assert ran.returncode == 0, "\n".join(t[-2000:] for t in texts.values())
+    stops = [line for t in texts.values() for line in t.splitlines() if " stopped at " in line]
+    assert len(stops) == 2 and len({line.rsplit(" ", 1)[1] for line in stops}) == 1, stops
+    said = [line for t in texts.values() for line in t.splitlines() if line.startswith("ampsweep.Watch:")]
+    assert len(said) == 1 and "worker_0.log" in [n for n, t in texts.items() if "ampsweep.Watch:" in t]
+    spec = yaml.safe_load((out / "spec.yaml").read_text())
+    assert spec["devices_per_trial"] == 2
+    assert (out / "watch.json").is_file()
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-20.ckpt", "step-40.ckpt"]
