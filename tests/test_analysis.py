@@ -642,6 +642,7 @@ def test_evidence_neighbours_and_undecided(tmp_path: Path) -> None:
         "device_kind": "gpu",
         "loss_placement": "inside",
         "workload_args": {},
+        "devices": 1,
     }
     by_relation = {n["relation"]: n for n in rec.evidence["neighbours"]}
     assert by_relation["clip_smaller"]["config"]["clip"] == 0.25

@@ -182,3 +182,28 @@ def test_the_report_shows_both_ways_with_public_names_only() -> None:
     for form, code in analysis.snippets(_recommendation(("MultiheadAttention",))).items():
         assert "from ampsweep.amp import keep_in_float32" in code and "def keep_in_float32(" in code, form
         assert not re.search(r"\._[A-Za-z]|_OutputTo|_backbone", code), form
+
+
+def test_a_data_parallel_recommendation_pastes_its_data_parallel_setup():
+    """devices_per_trial > 1: the code sets up the job as the trials ran (init, DATA_PARALLEL, the
+    gradients' mean over the ranks before the clip), in both forms, and it is valid Python."""
+    from ampsweep.analysis.wording._code import snippets
+
+    row = {
+        "amp_level": "O2",
+        "black_list": (),
+        "clip": 1.0,
+        "loss_scale": "dynamic",
+        "dtype": "float16",
+        "loss_placement": "outside",
+        "devices": 2,
+    }
+    for form, text in snippets(row).items():
+        compile(text, form, "exec")
+        assert "init()" in text and "ParallelMode.DATA_PARALLEL" in text, form
+        lines = text.splitlines()
+        reduced = next(i for i, line in enumerate(lines) if "grad_reducer(grads)" in line)
+        clipped = next(i for i, line in enumerate(lines) if "clip / (norm" in line)
+        assert reduced < clipped, form
+    single = snippets({**row, "devices": 1})
+    assert all("init()" not in text and "grad_reducer(grads)" not in text for text in single.values())

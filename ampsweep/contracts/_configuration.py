@@ -262,6 +262,12 @@ class Configuration:
         return self.amp_level == FP32_LEVEL
 
     @property
+    def computes_in_fp32(self) -> bool:
+        """The FP32 baseline: O0, with no swept argument that makes the workload compute in a low precision.
+        ``O0 · compute_dtype=float16`` (mindformers' way, no AMP) is a mixed-precision candidate instead."""
+        return self.fp32 and not self.low_precision_args
+
+    @property
     def low_precision_args(self) -> tuple[WorkloadArg, ...]:
         """The swept arguments that make the workload itself compute in a low precision (``compute_dtype=float16``)."""
         return tuple(

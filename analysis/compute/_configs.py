@@ -198,6 +198,14 @@ def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def _devices(ranked: pd.DataFrame, idx: np.ndarray) -> int:
+    """The devices each trial of the configuration ran on (``devices_per_trial``); 1 before the column."""
+    if "devices" not in ranked.columns:
+        return 1
+    values = ranked["devices"].iloc[idx].astype("float64")
+    return int(values.max()) if values.notna().any() else 1
+
+
 def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
     """Return one row per configuration from :func:`analysis.trial_scores` output.
 
@@ -244,7 +252,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row = config.as_row()
         row["configuration"] = config
         row["config_id"] = identity
-        row["baseline"] = row["amp_level"] == FP32_LEVEL
+        row["baseline"] = config.computes_in_fp32
         row["n_trials"] = len(idx)
         row["n_seeds"] = len(set(seeds[idx]))
         out = outcome[idx]
@@ -282,6 +290,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["n_black_listed"] = len(row["black_list"])
         row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
         row["args_preference"] = ranked["args_preference"].iat[idx[0]] if "args_preference" in ranked else ""
+        row["devices"] = _devices(ranked, idx)
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])

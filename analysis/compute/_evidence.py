@@ -66,7 +66,11 @@ def describe(row: pd.Series) -> str:
         else f"clip by global norm at {clip_value(row['clip'])}"
     )
     bits.append(loss_scale_name(row["loss_scale"]))
-    return ", ".join(bits) + f" (on {row['device_kind'] or 'an unknown device kind'})"
+    where = f"on {row['device_kind'] or 'an unknown device kind'}"
+    devices = int(row.get("devices", 1))
+    if devices > 1:
+        where += f", {devices} devices per trial (data parallel, on the workload's global batch)"
+    return ", ".join(bits) + f" ({where})"
 
 
 def _steps(value: float) -> str:
@@ -83,7 +87,7 @@ def fp32_row(ranking: pd.DataFrame, best: pd.Series | None = None) -> pd.Series 
     Prefers the loss scale and dtype of ``best`` (they do not change an uncast
     network, but the step times were measured with them), then any O0 row.
     """
-    o0 = ranking[ranking["amp_level"] == FP32_LEVEL]
+    o0 = ranking[ranking["baseline"]]
     if o0.empty:
         return None
     plain = o0[o0["clip"].isna() & (o0["n_black_listed"] == 0)]
@@ -215,7 +219,7 @@ def fp32_break(ranking: pd.DataFrame, scores: pd.DataFrame) -> Fp32Break | None:
     ]
     held.sort(key=lambda h: (h.amp_level != FP32_LEVEL, -h.n_held / max(h.n_seeds, 1), -h.held_to))
     broke_too = []
-    for _, row in ranking[ranking["amp_level"] == FP32_LEVEL].iterrows():
+    for _, row in ranking[ranking["baseline"]].iterrows():
         if row["config_id"] == fp32["config_id"] or not int(row["n_diverged"]):
             continue
         median = row["first_nonfinite_step_median"]
@@ -247,7 +251,7 @@ def fp32_break(ranking: pd.DataFrame, scores: pd.DataFrame) -> Fp32Break | None:
 def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series | None) -> list[str]:
     """Choices the grid did not vary on this device kind."""
     notes = []
-    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
+    mp = ranking[~ranking["baseline"]]
     levels = sorted(set(mp["amp_level"]))
     if len(levels) == 1:
         notes.append(f"only AMP level {levels[0]} was tried besides FP32")
@@ -417,7 +421,7 @@ def _no_stable(
     learning_rate: LearningRate | None = None,
 ) -> Recommendation:
     fp32 = fp32_row(ranking)
-    mp = ranking[ranking["amp_level"] != FP32_LEVEL]
+    mp = ranking[~ranking["baseline"]]
     counts = mp["stability"].value_counts()
     summary_text = ", ".join(f"{int(v)} {k}" for k, v in counts.items())
     statements = [

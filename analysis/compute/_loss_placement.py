@@ -54,7 +54,7 @@ def loss_placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = No
     extra = loss_class_notes(scores) if scores is not None and "loss_placement" in scores else []
     if "loss_placement" not in ranking or ranking["loss_placement"].nunique() < 2:
         return extra
-    rows = ranking[ranking["amp_level"] != FP32_LEVEL]
+    rows = ranking[~ranking["baseline"]]
     by_key: dict[Configuration, dict[str, pd.Series]] = {}
     for _, row in rows.iterrows():  # paired by everything but where the loss runs
         by_key.setdefault(replace(row["configuration"], loss_placement="outside"), {})[

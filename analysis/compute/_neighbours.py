@@ -39,6 +39,7 @@ def config_dict(row: pd.Series) -> dict[str, Any]:
         **config.as_row(),
         "black_list": list(config.black_list),
         "workload_args": dict(config.workload_args),
+        "devices": int(row.get("devices", 1)),  # a trial's devices (data parallel): the code sets them up
     }
 
 

@@ -146,7 +146,7 @@ def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -
     not), and what broke. Whether each seed alone ranks it first is evidence,
     not doubt about the fix: it is in the evidence and "could not decide" lists.
     """
-    mixed = ranking[ranking["amp_level"] != FP32_LEVEL] if len(ranking) else ranking
+    mixed = ranking[~ranking["baseline"]] if len(ranking) else ranking
     broke = int((mixed["tier"].isin((cls.TIER_UNSTABLE, cls.TIER_SILENT))).sum()) if len(mixed) else 0
     tail = f"{broke}/{len(mixed)} mixed-precision configurations broke ({n_trials} trials)"
     if rec.status != STATUS_RECOMMENDED:

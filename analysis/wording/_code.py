@@ -191,6 +191,27 @@ def _arguments(row: Mapping[str, Any] | pd.Series) -> list[str]:
     ]
 
 
+def _devices(row: Mapping[str, Any] | pd.Series) -> int:
+    value = row.get("devices", 1) if hasattr(row, "get") else 1
+    return 1 if value is None or pd.isna(value) else int(value)
+
+
+def _data_parallel(row: Mapping[str, Any] | pd.Series) -> list[str]:
+    """The data-parallel setup the trials ran with (``devices_per_trial`` > 1); none on one device."""
+    devices = _devices(row)
+    if devices <= 1:
+        return []
+    return [
+        "from mindspore.communication import init",
+        "",
+        f"# one process per device, {devices} of them (msrun --worker_num={devices} --local_worker_num={devices} ...):",
+        "# each trains on its part of the global batch, split evenly along the first axis",
+        "init()",
+        "ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)",
+        "",
+    ]
+
+
 def _cast_block(
     amp_level: str,
     black_list: tuple[str, ...],
@@ -230,10 +251,14 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     ``row`` needs amp_level, black_list, clip, loss_scale and dtype.
     """
     amp_level, black_list, clip, scaler, dtype = _config(row)
+    parallel = _data_parallel(row)
     lines = [
         *_preamble(amp_level, black_list),
+        *parallel,
         *_cast_block(amp_level, black_list, dtype, _loss_placement(row), _arguments(row)),
     ]
+    if parallel:
+        lines.append("grad_reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True)")
     if scaler:
         lines.append(f"loss_scaler = {scaler}")
     if clip is not None:
@@ -253,6 +278,8 @@ def train_step_snippet(row: Mapping[str, Any] | pd.Series) -> str:
         "def train_step(*inputs):",
         "    loss, grads = grad_fn(*inputs)",
     ]
+    if parallel:
+        lines.append("    grads = grad_reducer(grads)  # the mean over the ranks, before the clip")
     if scaler:
         lines += [
             "    loss = loss_scaler.unscale(loss)",
@@ -286,7 +313,7 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     amp_level, black_list, clip, scaler, dtype = _config(row)
     placement = _loss_placement(row)
     cast = _cast_block(amp_level, black_list, dtype, placement, _arguments(row))
-    lines = _preamble(amp_level, black_list, model=True)
+    lines = [*_preamble(amp_level, black_list, model=True), *_data_parallel(row)]
     if scaler is None and clip is None and placement == "outside":
         return "\n".join(
             [
@@ -325,17 +352,24 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     if scaler:
         lines.append("        self.loss_scaler = loss_scaler")
     lines += ["", "    def construct(self, *inputs):", "        loss = self.network(*inputs)"]
+    # TrainOneStepCell made grad_reducer a DistributedGradReducer under DATA_PARALLEL (identity on one device)
+    reduce = (
+        ["        grads = self.grad_reducer(grads)  # the ranks' mean, before the clip"]
+        if _devices(row) > 1
+        else []
+    )
     if scaler:
         lines += [
             "        sens = ops.ones_like(loss) * self.loss_scaler.scale_value.astype(loss.dtype)",
             "        grads = self.grad(self.network, self.weights)(*inputs, sens)",
+            *reduce,
             "        grads = self.loss_scaler.unscale(grads)",
             "        is_finite = amp.all_finite(grads)",
             "        if is_finite:  # a step with overflowed gradients is skipped",
         ]
         body = "            "
     else:
-        lines.append("        grads = self.grad_no_sens(self.network, self.weights)(*inputs)")
+        lines += ["        grads = self.grad_no_sens(self.network, self.weights)(*inputs)", *reduce]
         body = "        "
     if clip is not None:
         lines += _clip_lines(body, "self.clip")
