@@ -107,6 +107,26 @@ def test_both_ranks_end_with_the_same_parameters(gang):
     assert sum(result is not None for result, _ in pairs) == 1  # the tables come from rank 0 alone
 
 
+@pytest.mark.slow
+def test_an_overflow_skips_the_step_on_every_rank(gang):
+    """A loss scale far too large overflows float16 at first: both ranks skip the same steps
+    (had one rank updated where the other skipped, their parameters would differ and the trial
+    fail as RanksDiverged). The steps skipped need not be one device's: near the edge a half
+    batch can overflow where the whole batch does not, as on the user's own N devices."""
+    actors, formed = gang
+    single = trial_config(
+        workload=f"{TINY}:make", steps=30, amp_level="O2", loss_scale="dynamic:1e9", localize=False
+    )
+    on_two = dataclasses.replace(single, devices=2)
+    one = run_trial(single, single.workload)
+    two = _answer(actors, actors.run(formed, on_two, on_two.workload, None, None))
+    assert two.outcome == "completed", two.error  # not RanksDiverged: every rank skipped alike
+    skipped_one = one.steps.column("skipped").to_pylist()
+    skipped_two = two.steps.column("skipped").to_pylist()
+    assert skipped_one[0] and skipped_two[0], "the first scale overflowed on one device and on two"
+    assert not all(skipped_two), "the scale recovered"
+
+
 def _answer_all(actors: Any, formed: Any, config: TrialConfig) -> list[tuple[Any, str]]:
     """Every rank's ``(result, checksum)``, asked of the ranks directly."""
     import ray
