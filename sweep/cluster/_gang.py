@@ -128,9 +128,10 @@ class GangActors:
         try:
             self._form_now(gang, setup, options)
         except BaseException as exc:  # noqa: BLE001 - the probe carries it to the pool
-            self._fail_waiting(gang, GangLost(f"the gang could not form: {exc}".splitlines()[0]))
+            lost = GangLost(f"the gang could not form: {type(exc).__name__}: {exc}".splitlines()[0])
+            self._fail_waiting(gang, lost)
             if not gang.formed.done():
-                gang.formed.set_exception(exc)
+                gang.formed.set_exception(lost)  # the pool forms it again, or gives the slot up
 
     def _form_now(self, gang: Gang, setup: DeviceSetup, options: dict[str, Any]) -> None:
         import ray
@@ -179,9 +180,10 @@ class GangActors:
                     )
                     .remote(gang.index, rank_setup)
                 )
+            # in the order the pool sent them, before any later call: a rank runs its calls in order
             waiting, gang.waiting = gang.waiting, []
-        for key, args in waiting:
-            self._send(gang, key, args)
+            for key, args in waiting:
+                self._send(gang, key, args)
         infos = all_ranks([rank.info.remote() for rank in gang.ranks])
         infos.add_done_callback(lambda done: _copy(done, gang.formed))
 
