@@ -215,9 +215,10 @@ class CompiledStep:
         data_parallel = group is not None
         reduce_gradients: Any = None
         all_reduce: Any = None
+        world: Any = None
         if group is not None:
             reduce_gradients, all_reduce = collectives(params, group)
-        world = ms.Tensor(float(group.size if group is not None else 1), mstype.float32)
+            world = ms.Tensor(float(group.size), mstype.float32)
 
         def forward(*batch: Any) -> Any:
             loss = loss_cell(*batch)

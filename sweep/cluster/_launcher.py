@@ -15,6 +15,7 @@ from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_referenc
 from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
 from .._config import RunConfig
+from .._errors import SpecError
 from .._result import SweepResult
 from ..planning._plan import SweepPlan
 from ..planning._resume import check_same_sweep
@@ -57,7 +58,15 @@ def gang_of(plan: SweepPlan, resolved_yaml: str) -> tuple[int, str]:
     ``devices_per_trial`` and ``placement_strategy``)."""
     import yaml
 
-    size = max((trial.devices for trial in plan.trials), default=1)
+    sizes = sorted({trial.devices for trial in plan.trials} | {p.devices for p in plan.prefixes})
+    if len(sizes) > 1:  # a gang runs trials of its own size only
+        raise SpecError(
+            "devices_per_trial",
+            sizes[-1],
+            f"every run of a sweep trains on the same number of devices, and this plan mixes "
+            f"{' and '.join(map(str, sizes))} (a start_from prefix or a search trial on one device)",
+        )
+    size = sizes[0] if sizes else 1
     strategy = (yaml.safe_load(resolved_yaml) or {}).get("placement_strategy") or "STRICT_PACK"
     return size, str(strategy)
 
