@@ -58,16 +58,18 @@ def gang_of(plan: SweepPlan, resolved_yaml: str) -> tuple[int, str]:
     ``devices_per_trial`` and ``placement_strategy``)."""
     import yaml
 
-    sizes = sorted({trial.devices for trial in plan.trials} | {p.devices for p in plan.prefixes})
+    spec = yaml.safe_load(resolved_yaml) or {}
+    asked = int(spec.get("devices_per_trial") or 1)
+    sizes = sorted({asked} | {trial.devices for trial in plan.trials} | {p.devices for p in plan.prefixes})
     if len(sizes) > 1:  # a gang runs trials of its own size only
         raise SpecError(
             "devices_per_trial",
             sizes[-1],
             f"every run of a sweep trains on the same number of devices, and this plan mixes "
-            f"{' and '.join(map(str, sizes))} (a start_from prefix or a search trial on one device)",
+            f"{' and '.join(map(str, sizes))} (a start_from prefix or search: adaptive, which run on one device)",
         )
     size = sizes[0] if sizes else 1
-    strategy = (yaml.safe_load(resolved_yaml) or {}).get("placement_strategy") or "STRICT_PACK"
+    strategy = spec.get("placement_strategy") or "STRICT_PACK"
     return size, str(strategy)
 
 
