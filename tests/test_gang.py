@@ -179,3 +179,17 @@ def test_a_gang_needs_its_devices_on_one_node_under_strict_pack():
     assert gang_layout([(npu, 6)], three_each, 4, "PACK")[0][1] == 1  # PACK spans nodes
     with pytest.raises(SpecError, match="no room for a gang of 4 ascend devices .the most on one node is 3"):
         gang_layout([(npu, 6)], three_each, 4, "STRICT_PACK")
+
+
+def test_a_sweep_runs_every_trial_on_the_same_number_of_devices():
+    from ampsweep.sweep import Sweep
+    from ampsweep.sweep._errors import SpecError
+    from ampsweep.sweep.cluster._launcher import gang_of
+
+    raw = {"name": "g", "workload": f"{TINY}:make", "steps": 5, "grid": {"amp_level": ["O0"]}}
+    on_two = Sweep({**raw, "devices_per_trial": 2, "placement_strategy": "PACK"})
+    assert gang_of(on_two.plan(), on_two.resolved_yaml()) == (2, "PACK")
+    assert gang_of(Sweep(raw).plan(), Sweep(raw).resolved_yaml()) == (1, "STRICT_PACK")
+    forked = Sweep({**raw, "devices_per_trial": 2, "start_from": {"steps": 3}})  # its prefix: one device
+    with pytest.raises(SpecError, match="this plan mixes 1 and 2"):
+        gang_of(forked.plan(), forked.resolved_yaml())
