@@ -221,7 +221,7 @@ class NextSweep:
     cause: str  # fp32 | underflow | overflow | no_learning
     why: str  # one sentence: the evidence
     change: str  # what the next spec changes, in words
-    grid: dict[str, list[Any]]  # the grid axes the next spec sets
+    grid: dict[str, Any]  # the grid axes the next spec sets (``workload_args``: a mapping of axes)
     search: str | None = None  # "adaptive" when the next sweep should search
 
     @property

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL, Configuration
+from ampsweep.contracts import FP32_LEVEL, Configuration, workload_args_of
 
 #: Values that make the same trial: every field that can change a step metric.
 _IDENTITY_FIELDS = (
@@ -131,7 +131,7 @@ class TrialConfig:
             self.loss_scale,
             self.dtype,
             self.loss_placement,
-            workload_args={name: self.workload_args[name] for name in self.swept_args},
+            workload_args=workload_args_of({name: self.workload_args[name] for name in self.swept_args}),
         )
 
     @property

@@ -62,6 +62,8 @@ class TrialResult:
     #: what the black list kept in FP32 (``fp32_params``, ``fp32_cell_paths``), as the trial's graph
     #: was cast (``CompiledStep.fp32_part``); a copy keeps its source's; None: never cast
     fp32_part: Fp32Part | None = None
+    #: rows of the workload's first batch: the global batch a gang's ranks split (None: never drawn)
+    global_batch: int | None = None
 
     @property
     def trial_id(self) -> str:
@@ -164,6 +166,7 @@ class TrialResult:
             "fp32_params": None if self.fp32_part is None else self.fp32_part.params,
             "fp32_cell_paths": None if self.fp32_part is None else list(self.fp32_part.paths),
             "devices": config.devices,
+            "global_batch": self.global_batch,
         }
         table = pa.Table.from_pylist([row], schema=TRIALS_SCHEMA)
         # the swept workload arguments: one text column each, after the fixed schema (``arg_column``)

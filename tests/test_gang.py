@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,10 @@ def test_a_sweep_runs_every_trial_on_the_same_number_of_devices():
     on_two = Sweep({**raw, "devices_per_trial": 2, "placement_strategy": "PACK"})
     assert gang_of(on_two.plan(), on_two.resolved_yaml()) == (2, "PACK")
     assert gang_of(Sweep(raw).plan(), Sweep(raw).resolved_yaml()) == (1, "STRICT_PACK")
-    forked = Sweep({**raw, "devices_per_trial": 2, "start_from": {"steps": 3}})  # its prefix: one device
+    forked = Sweep({**raw, "devices_per_trial": 2, "start_from": {"steps": 3}})  # its prefix too, on a gang
+    assert gang_of(forked.plan(), forked.resolved_yaml()) == (2, "STRICT_PACK")
+    assert {p.devices for p in forked.plan().prefixes} == {2}
+    mixed = forked.plan()
+    mixed.trials[0] = replace(mixed.trials[0], devices=1)  # a plan that mixes sizes is refused
     with pytest.raises(SpecError, match="this plan mixes 1 and 2"):
-        gang_of(forked.plan(), forked.resolved_yaml())
+        gang_of(mixed, forked.resolved_yaml())

@@ -57,6 +57,7 @@ PINNED = {
         ("fp32_params", "int64"),
         ("fp32_cell_paths", "list<item: string>"),
         ("devices", "int64"),
+        ("global_batch", "int64"),
     ],
     "steps": [
         ("step", "int64"),

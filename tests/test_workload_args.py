@@ -40,7 +40,10 @@ def _spec(**top) -> dict:
             {"grid": {"workload_args": {"softmax_type": ["float16"]}}},
             "grid.workload_args.softmax_type: 'softmax_type' is not allowed; a keyword argument of",
         ),
-        ({"grid": {"workload_args": {"softmax_dtype": []}}}, "grid.workload_args.softmax_dtype: [] is not allowed"),
+        (
+            {"grid": {"workload_args": {"softmax_dtype": []}}},
+            "grid.workload_args.softmax_dtype: [] is not allowed",
+        ),
         (
             {"grid": {"workload_args": {"softmax_dtype": ["float16", "float16"]}}},
             "grid.workload_args.softmax_dtype: ['float16', 'float16'] is not allowed; distinct values",
@@ -53,7 +56,10 @@ def _spec(**top) -> dict:
             {"workload_args": {"softmax_dtype": "float32"}},
             "grid.workload_args.softmax_dtype: 'softmax_dtype' is not allowed; an argument is either fixed",
         ),
-        ({"remedies": {"input_scale": 1.0}}, "remedies: {'input_scale': 1.0} is not allowed; remedies are tried"),
+        (
+            {"remedies": {"input_scale": 1.0}},
+            "remedies: {'input_scale': 1.0} is not allowed; remedies are tried",
+        ),
     ],
 )
 def test_a_bad_workload_argument_axis_is_one_line_before_anything_runs(change, message):
@@ -85,8 +91,13 @@ def test_each_value_is_part_of_the_trial_and_its_name():
     names = {t.configuration.name() for t in plan.trials if t.amp_level == "O2" and t.clip is None}
     assert names == {"O2 · softmax_dtype=float16 · no clip", "O2 · softmax_dtype=float32 · no clip"}
     # O0 with a low-precision value is not FP32: the workload computes its softmax in float16 itself
-    assert Configuration("O0", workload_args={"softmax_dtype": "float16"}).name() == "O0 · softmax_dtype=float16"
-    assert Configuration("O0", workload_args={"softmax_dtype": "float32"}).name() == "FP32 · softmax_dtype=float32"
+    assert (
+        Configuration("O0", workload_args={"softmax_dtype": "float16"}).name() == "O0 · softmax_dtype=float16"
+    )
+    assert (
+        Configuration("O0", workload_args={"softmax_dtype": "float32"}).name()
+        == "FP32 · softmax_dtype=float32"
+    )
 
 
 def test_a_sweep_without_swept_arguments_keeps_its_trial_ids():
@@ -103,7 +114,17 @@ def test_the_knob_is_the_answer_in_the_users_words(tmp_path):
     spec = tmp_path / "knob.yaml"
     spec.write_text(yaml.safe_dump(_spec()))
     ran = subprocess.run(
-        [sys.executable, "-m", "ampsweep", "run", str(spec), "--out", str(tmp_path / "runs"), "--workers", "2"],
+        [
+            sys.executable,
+            "-m",
+            "ampsweep",
+            "run",
+            str(spec),
+            "--out",
+            str(tmp_path / "runs"),
+            "--workers",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
@@ -150,7 +171,12 @@ def test_when_fp32_breaks_the_next_spec_sweeps_the_factorys_learning_rate(tmp_pa
     from tests.test_fp32_breaks import FP32_LR, build_fp32_breaks
 
     build_fp32_breaks(tmp_path, clip_holds=False)
-    spec = {"name": "lr", "workload": FP32_LR, "steps": 200, "grid": {"amp_level": ["O0", "O2"], "clip": [None, 1.0]}}
+    spec = {
+        "name": "lr",
+        "workload": FP32_LR,
+        "steps": 200,
+        "grid": {"amp_level": ["O0", "O2"], "clip": [None, 1.0]},
+    }
     (tmp_path / SPEC_FILE).write_text(yaml.safe_dump(spec))
     analysis.write_report(tmp_path)
     following = yaml.safe_load((tmp_path / "report" / "next-spec.yaml").read_text())
@@ -158,3 +184,44 @@ def test_when_fp32_breaks_the_next_spec_sweeps_the_factorys_learning_rate(tmp_pa
     assert following["grid"]["workload_args"] == {"lr": [0.1, 0.033, 0.01]}
     assert "lr" not in (following.get("workload_args") or {})
     Sweep(following, base_dir=tmp_path)  # and it validates: a spec the user can run as it is
+
+
+@pytest.mark.slow
+def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
+    """Issue 48 item 5 on issue 47's gangs: a swept argument, devices_per_trial 2, start_from and horizon
+    in one sweep; the answer names the argument and says how the trials ran."""
+    spec = _spec(
+        steps=30,
+        horizon=60,
+        start_from={"steps": 10},
+        devices_per_trial=2,
+        grid={"clip": [None], "seed": [0]},
+    )
+    path = tmp_path / "knob.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ampsweep",
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "runs"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    sweep = tmp_path / "runs" / "knob"
+    trials = pd.read_parquet(sweep / "trials")
+    assert set(trials["devices"]) == {2} and set(trials["global_batch"]) == {16}
+    assert set(trials["start_step"]) == {10}
+    report = (sweep / "report" / "report.md").read_text()
+    assert "Use O2, set softmax_dtype=float32, no clip." in report
+    assert "on 2 devices per trial: data parallel, global batch 16" in report
+    assert "Held to step 60" in report
+    assert "a trial on 2 devices is not replayed" in report

@@ -74,6 +74,7 @@ TRIALS_SCHEMA = pa.schema(
         ("fp32_params", pa.int64()),  # 0 = nothing (O0, an empty list); null = not recorded
         ("fp32_cell_paths", pa.list_(pa.string())),  # the outermost listed Cells, e.g. ["encoder.self_attn"]
         ("devices", pa.int64()),  # devices one trial ran on (data parallel); null = 1, before the column
+        ("global_batch", pa.int64()),  # rows of the workload's first batch: what the devices split
     ]
 )
 
@@ -191,6 +192,9 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "stable one's below it; empty under O0 or with an empty black list, null where not recorded",
         "devices": "devices the trial ran on as one data-parallel run (a gang of rank actors); the workload's "
         "batch is the global batch, split evenly across them; null in sweeps written before the column (1)",
+        "global_batch": "rows of the first batch the workload yielded: the global batch, which a trial on several "
+        "devices splits evenly across them; null where no batch was drawn (a trial that failed first) and in "
+        "sweeps written before the column",
         "overflow_mode": "what a float16 overflow became where it ran: `inf_nan` (CPU, GPU, Ascend in INF/NaN mode) or `saturation` (±65504, and NaN as 0: Ascend 910A-era, or `MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE`); `ascend_default` when Ascend ran without that variable. Detection counts a float16 value at ±65504 as an overflow either way",
         "zero_fraction": "share of the sampled gradient values (every `layer_every`-th step, all parameters) that are exactly zero",
         "underflow_fraction": "share of the sampled gradient values that float16 cannot hold as nonzero at the trial's loss scale: exactly zero, or below float16's smallest subnormal 2^-24; less the FP32 run's `zero_fraction`, this is the underflow evidence",

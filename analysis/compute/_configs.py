@@ -198,12 +198,12 @@ def not_applicable(scores: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def _devices(ranked: pd.DataFrame, idx: np.ndarray) -> int:
-    """The devices each trial of the configuration ran on (``devices_per_trial``); 1 before the column."""
-    if "devices" not in ranked.columns:
-        return 1
-    values = ranked["devices"].iloc[idx].astype("float64")
-    return int(values.max()) if values.notna().any() else 1
+def _largest(ranked: pd.DataFrame, idx: np.ndarray, column: str) -> int | None:
+    """The largest value of an integer column over the configuration's trials; None where none has one."""
+    if column not in ranked.columns:
+        return None
+    values = ranked[column].iloc[idx].astype("float64")
+    return int(values.max()) if values.notna().any() else None
 
 
 def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -290,7 +290,9 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["n_black_listed"] = len(row["black_list"])
         row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
         row["args_preference"] = ranked["args_preference"].iat[idx[0]] if "args_preference" in ranked else ""
-        row["devices"] = _devices(ranked, idx)
+        # the devices each trial ran on (``devices_per_trial``; 1 before the column) and the global batch
+        row["devices"] = _largest(ranked, idx, "devices") or 1
+        row["global_batch"] = _largest(ranked, idx, "global_batch")
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])

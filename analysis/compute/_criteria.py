@@ -145,6 +145,9 @@ def _broke_text(row: Row) -> str:
 def _fp32_part_text(row: Any) -> str:
     """'4,224 parameters (1 class)'; the class count alone where a sweep recorded no parameters."""
     classes = int(row["n_black_listed"])
+    configuration = row.get("configuration") if hasattr(row, "get") else None
+    if configuration is not None and configuration.fp32:
+        return "all but what its arguments lower (O0 casts nothing)"
     params = row.get("fp32_params") if hasattr(row, "get") else None
     if params is None or params != params:  # NaN: an older sweep
         return str(classes)
@@ -217,7 +220,8 @@ CRITERIA: tuple[Criterion, ...] = (
             "(the two scores above), before the clip band and speed. A stable configuration whose FP32 part "
             "contains another stable one's, otherwise equal, ranks below it. The recommendation is minimal: "
             "it never keeps a class in FP32 when the same configuration without it is stable on every seed "
-            "and tied on every criterion above."
+            "and tied on every criterion above. O0 with a low-precision workload argument casts nothing "
+            "itself, so it comes after the AMP levels it ties with."
         ),
         show=_fp32_part_text,
     ),

@@ -229,7 +229,13 @@ def contains(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
 
 
 def _fp32_key(row: Mapping[str, Any]) -> tuple[float, int]:
-    """The FP32 part's size, smaller first: parameter elements (0 where unknown), then classes."""
+    """The FP32 part's size, smaller first: parameter elements (0 where unknown), then classes.
+
+    O0 with a low-precision workload argument (``O0 · softmax_dtype=float16``) casts nothing itself: all
+    but what its arguments lower stays in FP32, so it comes after every AMP level it ties with.
+    """
+    if row["configuration"].fp32:
+        return (math.inf, int(row["n_black_listed"]))
     return (_params(row) or 0.0, int(row["n_black_listed"]))
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,6 +343,7 @@ def run_trial(
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
         step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start)
         continue_scaler(step.named_state(), start, config.loss_scale)
+        batches = counted = _FirstBatchRows(batches)
         metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
             compile_s = 0.0
@@ -382,7 +383,23 @@ def run_trial(
         layers=layers_table(config, metrics),
         snapshot=snapshot,
         fp32_part=step.fp32_part,
+        global_batch=None if counted.rows is None else counted.rows * config.devices,
     )
+
+
+class _FirstBatchRows:
+    """The trial's batches, passed through; ``rows`` is the first one's first axis (a rank's part on a
+    gang: the global batch is ``rows`` times the devices)."""
+
+    def __init__(self, batches: Iterable[tuple[Any, ...]]) -> None:
+        self._batches = batches
+        self.rows: int | None = None
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        for batch in self._batches:
+            if self.rows is None and batch and len(batch[0].shape):
+                self.rows = int(batch[0].shape[0])
+            yield batch
 
 
 def _first_bad(ok: np.ndarray) -> int | None:

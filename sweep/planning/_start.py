@@ -65,6 +65,7 @@ def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:
         abort_after=spec.abort_after,
         layer_every=spec.layer_every,
         save_snapshot=True,
+        devices=spec.devices_per_trial,  # on the gangs the trials run on: one size per sweep
     )
 
 

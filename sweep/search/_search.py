@@ -135,6 +135,7 @@ class AdaptiveSearch:
             dtype=family.dtype,
             seed=seed,
             loss_placement=family.loss_placement,
+            devices=spec.devices_per_trial,
         )
 
     def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> Steps[None]:
