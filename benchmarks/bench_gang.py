@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from ._noop_actor import NoopTrialWorker
-from ._standin import InProcessActors, QuietCluster
-from .bench_launcher import NOOP, _CommitClock
+from ._standin import InProcessActors
+from .bench_launcher import drive_noop_grid
 
 GANG_SIZE = 8
 GANGS = 64
@@ -124,37 +124,13 @@ class GangStandIn(CpuTimedActors):
 
 def _dispatch(slots: int, size: int, trials: int, tmp: str) -> dict[str, Any]:
     """The driver's ms per trial with ``slots`` slots of ``size`` simulated devices each."""
-    from ampsweep.sweep import RunConfig, Sweep, SweepStore
-    from ampsweep.sweep._result import SweepResult
-    from ampsweep.sweep.cluster._launcher import drive_trials
-    from ampsweep.sweep.cluster._pool import WorkerPool
-    from ampsweep.sweep.devices import AscendBackend
-    from ampsweep.sweep.store._lock import DriverLock
-
-    raw = {
-        "name": f"bench-gang-dispatch-{slots}x{size}",
-        "workload": f"{NOOP}:make",
-        "steps": 1,
-        "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": list(range(trials // 2))},
-        "devices": "ascend",
-    }
-    plan = Sweep(raw).plan()
-    store = SweepStore(tmp, plan.name)
-    lock = DriverLock(store)
-    lock.acquire()
     actors = GangStandIn(size) if size > 1 else CpuTimedActors()
-    clock = _CommitClock(lambda: actors.actor_s)
-    store.commit = clock.wrap(store.commit)
-    run = RunConfig(progress=False)
-    pool = WorkerPool(run, backends=[AscendBackend()] * slots, actors=actors, watch=QuietCluster())
-    result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
-    try:
-        drive_trials(plan, plan.workload_ref, store, plan.trials, pool, run, result, lock.beat)
-    finally:
-        lock.release()
-    if result.ran != len(plan):
-        raise RuntimeError(f"dispatch ran {result.ran} of {len(plan)} trials ({result.outcomes})")
-    return {"slots": slots, "devices_per_slot": size, "trials": len(plan), **clock.sustained(warm=slots)}
+    planned, ran, clock, _ = drive_noop_grid(
+        f"bench-gang-dispatch-{slots}x{size}", slots, trials, tmp, actors
+    )
+    if ran != planned:
+        raise RuntimeError(f"dispatch ran {ran} of {planned} trials")
+    return {"slots": slots, "devices_per_slot": size, "trials": planned, **clock.sustained(warm=slots)}
 
 
 # --- a real gang on this machine ------------------------------------------------------------------

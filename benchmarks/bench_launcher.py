@@ -342,6 +342,27 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     being actors is deducted. FP32 and O2 trials alternate per seed, as in a
     real grid, so the baseline hints and both phases are exercised.
     """
+    from ._standin import InProcessActors
+
+    actors = InProcessActors()
+    plan_size, ran, clock, wall = drive_noop_grid(
+        f"bench-driver-loop-{devices}", devices, trials, tmp, actors
+    )
+    if ran != plan_size:
+        raise RuntimeError(f"driver loop ran {ran} of {plan_size} trials")
+    return {
+        "devices": devices,
+        "trials": plan_size,
+        "wall_s": wall,
+        "actor_standin_s": actors.actor_s,
+        **clock.sustained(warm=devices),
+    }
+
+
+def drive_noop_grid(name: str, slots: int, trials: int, tmp: str, actors: Any) -> tuple[int, int, Any, float]:
+    """``drive_trials`` over a grid of ``trials`` no-op trials on ``slots`` simulated Ascend slots served by
+    ``actors`` (stand-ins with an ``actor_s`` clock); returns (trials planned, trials run, the commit
+    clock, wall seconds). FP32 and O2 trials alternate per seed, as in a real grid."""
     from ampsweep.sweep import RunConfig, Sweep, SweepStore
     from ampsweep.sweep._result import SweepResult
     from ampsweep.sweep.cluster._launcher import drive_trials
@@ -349,10 +370,10 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     from ampsweep.sweep.devices import AscendBackend
     from ampsweep.sweep.store._lock import DriverLock
 
-    from ._standin import InProcessActors, QuietCluster
+    from ._standin import QuietCluster
 
     raw = {
-        "name": f"bench-driver-loop-{devices}",
+        "name": name,
         "workload": f"{NOOP}:make",
         "steps": 1,
         "grid": {"amp_level": ["O0", "O2"], "clip": [None], "seed": list(range(trials // 2))},
@@ -362,27 +383,17 @@ def _driver_loop(devices: int, trials: int, tmp: str) -> dict[str, Any]:
     store = SweepStore(tmp, plan.name)
     lock = DriverLock(store)
     lock.acquire()
-    actors = InProcessActors()
     clock = _CommitClock(lambda: actors.actor_s)
     store.commit = clock.wrap(store.commit)  # type: ignore[method-assign]
     run = RunConfig(progress=False)
-    pool = WorkerPool(run, backends=[AscendBackend()] * devices, actors=actors, watch=QuietCluster())
+    pool = WorkerPool(run, backends=[AscendBackend()] * slots, actors=actors, watch=QuietCluster())
     result = SweepResult(root=store.root, total=len(plan), skipped=0, ran=0)
     started = time.perf_counter()
     try:
         drive_trials(plan, plan.workload_ref, store, plan.trials, pool, run, result, lock.beat)
     finally:
         lock.release()
-    wall = time.perf_counter() - started
-    if result.ran != len(plan):
-        raise RuntimeError(f"driver loop ran {result.ran} of {len(plan)} trials ({result.outcomes})")
-    return {
-        "devices": devices,
-        "trials": len(plan),
-        "wall_s": wall,
-        "actor_standin_s": actors.actor_s,
-        **clock.sustained(warm=devices),
-    }
+    return len(plan), result.ran, clock, time.perf_counter() - started
 
 
 def _least_disturbed(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,29 +21,12 @@ import psutil
 import pytest
 import yaml
 
+from tests._killer import killer_workload
 from tests._wait import wait_until
 
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 ATTENTION = Path(__file__).parent / "workloads" / "attention_overflow.py"
-
-
-def _killer(tmp_path: Path, workload: Path) -> tuple[Path, Path]:
-    """``workload``, whose first build of seed 1 SIGKILLs its own process (a rank, mid-trial)."""
-    marker = tmp_path / "killed"
-    killer = tmp_path / "killer.py"
-    killer.write_text(
-        "import os, signal, importlib.util, sys\nfrom pathlib import Path\n"
-        f"spec = importlib.util.spec_from_file_location('workload_for_gang_kill', {str(workload)!r})\n"
-        "tiny = importlib.util.module_from_spec(spec); sys.modules['workload_for_gang_kill'] = tiny\n"
-        "spec.loader.exec_module(tiny)\n"
-        "def make(seed, **kw):\n"
-        f"    if seed == 1 and not Path({str(marker)!r}).exists():\n"
-        f"        Path({str(marker)!r}).touch()\n"
-        "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return tiny.make(seed, **kw)\n"
-    )
-    return killer, marker
 
 
 def _each_trial_once(root: Path) -> pd.DataFrame:
@@ -63,7 +46,7 @@ def test_a_killed_rank_forms_the_gang_again_and_the_sweep_answers_as_on_one_devi
     from ampsweep.analysis import analyze
     from ampsweep.sweep import RunConfig, Sweep
 
-    killer, marker = _killer(tmp_path, ATTENTION)
+    killer, marker = killer_workload(tmp_path, ATTENTION)
     grid = {"amp_level": ["O0", "O2"], "black_list": [[], ["NaiveSoftmax"]], "clip": [None], "seed": [0, 1]}
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:

@@ -188,16 +188,10 @@ def test_a_data_parallel_recommendation_pastes_its_data_parallel_setup():
     """devices_per_trial > 1: the code sets up the job as the trials ran (init, DATA_PARALLEL, the
     gradients' mean over the ranks before the clip), in both forms, and it is valid Python."""
     from ampsweep.analysis.wording._code import snippets
+    from ampsweep.contracts import Configuration
 
-    row = {
-        "amp_level": "O2",
-        "black_list": (),
-        "clip": 1.0,
-        "loss_scale": "dynamic",
-        "dtype": "float16",
-        "loss_placement": "outside",
-        "devices": 2,
-    }
+    configuration = Configuration("O2", clip=1.0, loss_scale="dynamic")
+    row = {**configuration.as_row(), "devices": 2}
     for form, text in snippets(row).items():
         compile(text, form, "exec")
         assert "init()" in text and "ParallelMode.DATA_PARALLEL" in text, form

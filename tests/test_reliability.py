@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from ampsweep.contracts import LOCK_FILE, part_path
+from tests._killer import killer_workload
 from tests._wait import wait_until
 
 pytestmark = pytest.mark.slow
@@ -304,19 +305,7 @@ def test_simulated_cluster_survives_a_killed_actor_and_a_removed_node(tmp_path):
 
     from ampsweep.sweep import RunConfig, Sweep
 
-    marker = tmp_path / "killed"
-    killer = tmp_path / "killer.py"
-    killer.write_text(
-        "import os, signal, importlib.util, sys\nfrom pathlib import Path\n"
-        f"spec = importlib.util.spec_from_file_location('tiny_for_kill', {str(TINY)!r})\n"
-        "tiny = importlib.util.module_from_spec(spec); sys.modules['tiny_for_kill'] = tiny\n"
-        "spec.loader.exec_module(tiny)\n"
-        "def make(seed, **kw):\n"
-        f"    if seed == 1 and not Path({str(marker)!r}).exists():\n"
-        f"        Path({str(marker)!r}).touch()\n"
-        "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return tiny.make(seed, **kw)\n"
-    )
+    killer, marker = killer_workload(tmp_path, TINY)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
         doomed = cluster.add_node(num_cpus=1, resources={"NPU": 2})

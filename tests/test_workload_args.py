@@ -33,6 +33,16 @@ def _spec(**top) -> dict:
     return {"name": "knob", "workload": f"{KNOB}:make", "steps": 80, "grid": grid, **top}
 
 
+def _run(folder: Path, spec: dict, *flags: str) -> Path:
+    """``ampsweep run`` on ``spec`` as a user runs it; the sweep's folder."""
+    path = folder / "knob.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    command = [sys.executable, "-m", "ampsweep", "run", str(path), "--out", str(folder / "runs"), *flags]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return folder / "runs" / spec["name"]
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -111,27 +121,7 @@ def test_a_sweep_without_swept_arguments_keeps_its_trial_ids():
 
 @pytest.mark.slow
 def test_the_knob_is_the_answer_in_the_users_words(tmp_path):
-    spec = tmp_path / "knob.yaml"
-    spec.write_text(yaml.safe_dump(_spec()))
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ampsweep",
-            "run",
-            str(spec),
-            "--out",
-            str(tmp_path / "runs"),
-            "--workers",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    sweep = tmp_path / "runs" / "knob"
+    sweep = _run(tmp_path, _spec(), "--workers", "2")
     trials = pd.read_parquet(sweep / "trials")
     assert set(trials[arg_column("softmax_dtype")]) == {"float16", "float32"}
     report = (sweep / "report" / "report.md").read_text()
@@ -197,26 +187,7 @@ def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
         devices_per_trial=2,
         grid={"clip": [None], "seed": [0]},
     )
-    path = tmp_path / "knob.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ampsweep",
-            "run",
-            str(path),
-            "--out",
-            str(tmp_path / "runs"),
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    sweep = tmp_path / "runs" / "knob"
+    sweep = _run(tmp_path, spec, "--no-progress")
     trials = pd.read_parquet(sweep / "trials")
     assert set(trials["devices"]) == {2} and set(trials["global_batch"]) == {16}
     assert set(trials["start_step"]) == {10}
