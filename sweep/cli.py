@@ -110,9 +110,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     size = sweep.spec.devices_per_trial
     if size > 1:
         print(
-            f"gangs: {len(plan)} trials x 1 gang of {size} devices each (data parallel, "
-            f"{sweep.spec.placement_strategy}); the cluster runs one trial per {size} of its devices at once, "
-            f"and each batch the workload yields is the global batch, split {size} ways"
+            f"gangs: each of the {len(plan)} trials runs on a gang of {size} devices (data parallel, "
+            f"{sweep.spec.placement_strategy}); a cluster of D devices forms D // {size} gangs and runs that "
+            f"many trials at once; each batch the workload yields is the global batch, split {size} ways"
         )
     ends = {t.start_step + t.steps for t in plan.trials}
     if sweep.spec.horizon is not None and plan.trials and sweep.spec.horizon > max(ends):

@@ -198,3 +198,17 @@ def test_a_sweep_runs_every_trial_on_the_same_number_of_devices():
     mixed.trials[0] = replace(mixed.trials[0], devices=1)  # a plan that mixes sizes is refused
     with pytest.raises(SpecError, match="this plan mixes 1 and 2"):
         gang_of(mixed, forked.resolved_yaml())
+
+
+def test_a_global_batch_the_devices_do_not_divide_is_refused_before_anything_runs():
+    from ampsweep.sweep import Sweep
+    from ampsweep.sweep._errors import SpecError
+
+    knob = Path(__file__).parent / "workloads" / "softmax_knob.py"  # a generator of batches of 16
+    raw = {"name": "g", "workload": f"{knob}:make", "steps": 5, "grid": {"amp_level": ["O0"]}}
+    with pytest.raises(
+        SpecError,
+        match="devices_per_trial: 3 is not allowed; a number that divides the workload's global batch of 16",
+    ):
+        Sweep({**raw, "devices_per_trial": 3})
+    assert len(Sweep({**raw, "devices_per_trial": 4}).plan().trials) == 1

@@ -58,3 +58,17 @@ def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together
     assert spec["devices_per_trial"] == 2
     assert (out / "watch.json").is_file()
     assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-20.ckpt", "step-40.ckpt"]
+
+
+def test_a_data_parallel_jobs_spec_without_a_named_cell_is_a_grid_that_runs():
+    """No Cell named: on one device the spec searches adaptively; on a gang it cannot (the search grows its
+    list from replays, and a gang's trial is not replayed), so the spec is a grid that validates."""
+    from ampsweep.jobs.watch._watch_report import Finding, spec_for
+    from ampsweep.jobs.watch._watch_snapshots import Policy
+    from ampsweep.sweep import parse_spec
+
+    alone = spec_for("x.py:make", {}, 0, Policy("O2"), None, 50, Finding(), Path("/tmp"))
+    gang = spec_for("x.py:make", {}, 0, Policy("O2"), None, 50, Finding(), Path("/tmp"), devices=2)
+    assert parse_spec(alone).search == "adaptive"
+    parsed = parse_spec(gang)
+    assert parsed.search == "grid" and parsed.devices_per_trial == 2

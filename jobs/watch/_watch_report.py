@@ -191,7 +191,8 @@ def spec_for(
         spec["start_from"] = {"checkpoint": os.path.relpath(snapshot.path, out), "step": snapshot.step}
     if devices > 1:
         spec["devices_per_trial"] = devices
-    adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL
+    # the adaptive search grows its list from replays, which a trial on several devices is not: a grid there
+    adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL and devices == 1
     if adaptive:
         spec["search"] = "adaptive"
     end = start + spec["steps"]

@@ -25,13 +25,16 @@ from __future__ import annotations
 import queue
 import socket
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ampsweep.jobs import DeviceSetup, TrialConfig, TrialResult, TrialWorker
 
 from ._actors import Completion
+
+#: how long a gang may take to form (its placement group placed, every rank joined) before it is lost
+FORM_TIMEOUT_S = 600.0
 
 STRATEGIES = ("STRICT_PACK", "PACK")
 
@@ -69,12 +72,17 @@ def bundle_of(options: dict[str, Any]) -> dict[str, float]:
 
 
 def rank_environment(size: int, rank: int, host: str, port: int, role: str = "MS_WORKER") -> dict[str, str]:
-    """MindSpore's dynamic-cluster variables for one process of a gang."""
+    """MindSpore's dynamic-cluster variables for one process of a gang.
+
+    ``MS_TOPO_TIMEOUT`` (seconds, as ``msrun`` sets it): a process whose peers never join gives up in
+    ``communication.init()`` instead of waiting forever, and its gang is formed again.
+    """
     env = {
         "MS_ROLE": role,
         "MS_WORKER_NUM": str(size),
         "MS_SCHED_HOST": host,
         "MS_SCHED_PORT": str(port),
+        "MS_TOPO_TIMEOUT": str(int(FORM_TIMEOUT_S)),
     }
     if role == "MS_WORKER":
         env["MS_NODE_ID"] = str(rank)
@@ -139,8 +147,16 @@ class GangActors:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundle = bundle_of(options)
-        gang.group = placement_group([dict(bundle) for _ in range(self.size)], strategy=self.strategy)
-        ray.get(gang.group.ready())
+        with gang.lock:
+            if gang.killed:
+                return
+            gang.group = placement_group([dict(bundle) for _ in range(self.size)], strategy=self.strategy)
+        try:
+            ray.get(gang.group.ready(), timeout=FORM_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            raise GangLost(
+                f"its {self.size} devices were not free together ({self.strategy}) within {FORM_TIMEOUT_S:.0f} s"
+            ) from None
 
         def in_bundle(rank: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(
@@ -152,6 +168,7 @@ class GangActors:
         )
         with gang.lock:
             if gang.killed:
+                _remove(gang.group)  # ended while it formed: kill() found no group to remove yet
                 return
             gang.scheduler = (
                 ray.remote(GangScheduler)
@@ -236,7 +253,6 @@ class GangActors:
     def kill(self, actor: Gang) -> None:
         """End the gang: its ranks, its scheduler and its placement group."""
         import ray
-        from ray.util.placement_group import remove_placement_group
 
         with actor.lock:
             actor.killed = True
@@ -247,13 +263,25 @@ class GangActors:
                 except Exception:  # noqa: BLE001, S110 - already gone
                     pass
         if actor.group is not None:
-            try:
-                remove_placement_group(actor.group)
-            except Exception:  # noqa: BLE001, S110 - its node may be gone
-                pass
+            _remove(actor.group)
         self._fail_waiting(actor, GangLost("the gang was ended"))
+        if not actor.formed.done():  # its probe answers, as a killed single actor's does
+            try:
+                actor.formed.set_exception(GangLost("the gang was ended while it formed"))
+            except InvalidStateError:
+                pass  # it formed meanwhile
         if self._gangs.get(actor.index) is actor:
             del self._gangs[actor.index]
+
+
+def _remove(group: Any) -> None:
+    """Free a placement group's devices (its node may be gone already)."""
+    from ray.util.placement_group import remove_placement_group
+
+    try:
+        remove_placement_group(group)
+    except Exception:  # noqa: BLE001, S110 - its node may be gone
+        pass
 
 
 class GangLost(RuntimeError):
@@ -286,13 +314,14 @@ def all_ranks(refs: list[Any]) -> Future[Any]:
 
 
 def _copy(source: Future[Any], target: Future[Any]) -> None:
-    if target.done():
-        return
     error = source.exception()
-    if error is not None:
-        target.set_exception(error)
-    else:
-        target.set_result(source.result())
+    try:
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(source.result())
+    except InvalidStateError:
+        pass  # answered already: the gang was ended while it formed
 
 
 def differing_ranks(checksums: list[str]) -> str | None:

@@ -137,7 +137,9 @@ class WorkerPool:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *rest: Any) -> None:
-        self.close(kill=kind is None)
+        # a lost cluster may not answer a kill; anything else (a broken workload, Ctrl-C) ends the actors
+        # and frees their placement groups, or a later sweep in this process could never place its gangs
+        self.close(kill=kind is None or not issubclass(kind, ClusterLost))
 
     # the loop -----------------------------------------------------------------------------------
     def run(

@@ -8,6 +8,7 @@ worker starts.
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ def check_workload(spec: SweepSpec, spec_dir: Path | None) -> WorkloadFacts:
     cells = [workload.network, workload.loss_fn]
     _check_black_lists(spec, cells)
     _check_enough_batches(spec, workload.batches)
+    _check_global_batch(spec, workload.batches)
     in_network, in_loss = (set(network_cell_types([cell])) for cell in cells)
     starts = Starts(spec, workload, spec_dir)
     return WorkloadFacts(
@@ -137,6 +139,33 @@ def _check_black_lists(spec: SweepSpec, cells: list[object]) -> None:
                     f"no Cell of the workload's network or loss is a {name}, so keeping it in FP32 would change "
                     f"nothing; its layer types: {own} (or a base class of one of them)",
                 )
+
+
+def _check_global_batch(spec: SweepSpec, batches: object) -> None:
+    """On several devices, the first batch's rows must split evenly: known now, so refused now, before a gang
+    forms and its trials fail (a dataset pipeline is left to the trial's own one-line failure)."""
+    size = spec.devices_per_trial
+    if size == 1:
+        return
+    if isinstance(batches, (list, tuple)):
+        if not batches:
+            return
+        first = batches[0]
+    elif isinstance(batches, types.GeneratorType):
+        first = next(batches, None)  # this build is the driver's own, for checking: drawing from it is free
+        if first is None:
+            return
+    else:
+        return  # a dataset pipeline: its first batch would cost a pass of its pipeline
+    items = first if isinstance(first, (list, tuple)) else (first,)
+    shapes: list[tuple[int, ...]] = [tuple(getattr(item, "shape", ())) for item in items]
+    rows = next((int(shape[0]) for shape in shapes if shape), None)
+    if rows is not None and rows % size:
+        raise SpecError(
+            "devices_per_trial",
+            size,
+            f"a number that divides the workload's global batch of {rows} (each device trains on an equal part)",
+        )
 
 
 def _check_enough_batches(spec: SweepSpec, batches: object) -> None:
