@@ -106,7 +106,8 @@ class TrialWorker:
         baseline: Hint = None,
         start: bytes | None = None,
     ) -> tuple[TrialResult | None, str]:
-        """One rank's part of a data-parallel trial: rank 0's result (None elsewhere) and a checksum.
+        """One rank's part of a data-parallel trial: rank 0's result (elsewhere None, or the failure of a
+        rank whose part failed) and a checksum.
 
         Every rank trains the same step on its part of each batch; the tables
         come from rank 0 alone. The checksum of the parameters the trial ended
@@ -118,7 +119,7 @@ class TrialWorker:
         step = self.graphs.held(config, self._here(workload_ref))
         checksum = parameter_checksum(step.named_state()) if step is not None and not result.error else ""
         rank = self.group.rank if self.group is not None else 0
-        return (result if rank == 0 else None), checksum
+        return (result if rank == 0 or result.error else None), checksum
 
     def profile(
         self,

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from ampsweep.contracts import FP32_LEVEL
-from ampsweep.jobs import TrialConfig
+from ampsweep.jobs import TrialConfig, TrialResult
 from ampsweep.jobs.training._trainer import run_trial
 from tests._trial import trial_config
 
@@ -156,6 +156,12 @@ def test_ranks_that_ended_apart_fail_the_trial():
     failed = _rank_zero(done).result()
     assert failed.outcome == "failed"
     assert failed.error.startswith("RanksDiverged: the ranks ended with different parameters")
+    # rank 0 completed, rank 1's part raised (it hands its failure back): the trial failed, saying which rank
+    broken = TrialResult.failure(result.config, "RuntimeError: out of memory", result.placement)
+    done = Future()
+    done.set_result([(result, "aaaa"), (broken, "")])
+    failed = _rank_zero(done).result()
+    assert failed.outcome == "failed" and failed.error == "rank 1 of 2 failed: RuntimeError: out of memory"
 
 
 def test_a_rank_takes_its_part_of_the_global_batch():

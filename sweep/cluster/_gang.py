@@ -336,8 +336,8 @@ def differing_ranks(checksums: list[str]) -> str | None:
 
 
 def _rank_zero(done: Future[Any]) -> Future[Any]:
-    """A trial's answer from its ranks' ``(result, checksum)`` pairs: rank 0's result, failed when
-    the ranks ended with different parameters."""
+    """A trial's answer from its ranks' ``(result, checksum)`` pairs: rank 0's result, failed when the
+    ranks ended with different parameters or another rank's part failed."""
     answer: Future[Any] = Future()
     error = done.exception()
     if error is not None:
@@ -350,6 +350,9 @@ def _rank_zero(done: Future[Any]) -> Future[Any]:
         return answer
     checksums = [checksum for _, checksum in pairs]
     reason = differing_ranks(checksums) if all(checksums) else None
+    failed = [(rank, r.error) for rank, (r, _) in enumerate(pairs) if rank and r is not None and r.error]
+    if not result.error and failed:  # rank 0 finished, another rank's part failed: so did the trial
+        reason = f"rank {failed[0][0]} of {len(pairs)} failed: {failed[0][1]}"
     if reason is not None:
         result = TrialResult.failure(result.config, reason, result.placement, wall_s=result.wall_s)
     answer.set_result(result)
