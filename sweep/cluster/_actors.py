@@ -30,8 +30,8 @@ Completion = tuple[Any, "Future[Any]"]
 
 
 class Actors(Protocol):
-    """What the worker pool needs of a cluster; ``RayActors`` is the real one (a gang's would form
-    and kill a placement group of rank actors behind the same calls)."""
+    """What the worker pool needs of a cluster: ``RayActors`` for single devices, ``GangActors``
+    (``sweep.cluster._gang``) forming and killing a placement group of rank actors behind the same calls."""
 
     #: finished calls, in the order they finished
     completions: queue.SimpleQueue[Completion]

@@ -11,9 +11,9 @@ Completions arrive on ``Actors.completions`` (no wait over every reference in
 flight); the cluster (``ClusterWatch``) and Ctrl-C are checked once a second.
 
 A ``Slot`` is what the pool starts, probes, replaces and hands trials to: one
-actor on one device today. A gang of rank actors (one placement group) is one
-slot too: its ``actor`` is the gang's handle, which the ``Actors`` forms,
-probes and kills; the loop, the attempts and the dispatcher stay as they are.
+actor on one device, or a gang of rank actors (one placement group) whose
+``actor`` is the gang's handle, which ``GangActors`` forms, probes and kills;
+the loop, the attempts and the dispatcher are the same for both.
 """
 
 from __future__ import annotations

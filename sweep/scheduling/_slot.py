@@ -1,7 +1,7 @@
 """A place trials run: what the pool starts, probes and replaces, and the dispatcher hands trials to.
 
-One actor on one device today; a gang of rank actors (one placement group) is
-one slot too, its ``actor`` the gang's handle.
+One actor on one device, or a gang of rank actors (one placement group): its
+``actor`` is then the gang's handle (``sweep.cluster._gang``).
 """
 
 from __future__ import annotations
