@@ -61,18 +61,28 @@ class Sweep:
 
     def run(self, out: str | Path, config: RunConfig | None = None, **overrides: Any) -> SweepResult:
         """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""
-        config = replace(config or RunConfig(), **overrides)
-        if config.failure is None:
-            config = replace(config, failure=FailurePolicy(max_attempts=self.spec.max_attempts))
+        config = completed(self.spec, replace(config or RunConfig(), **overrides))
         with WorkerPool(config, self.spec.devices) as pool:  # one set of actors for every run of the sweep
-            if self.spec.search == "adaptive":
-                search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), str(out))
-                run_rounds(search, pool, config, search.store.snapshot_folder)
-                return search.totals
-            plan = self.plan()
-            result = run_sweep(plan, self.resolved_yaml(), str(out), config, pool=pool)
-            if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
-                profile = result.profile.as_json() if result.profile is not None else None
-                check = HorizonCheck(self.spec, plan, self.resolved_yaml(), str(out), profile, result)
-                run_rounds(check, pool, config, check.store.snapshot_folder)
-            return result
+            return self.run_on(pool, str(out), config)
+
+    def run_on(self, pool: WorkerPool, out: str, config: RunConfig) -> SweepResult:
+        """``run`` on a pool of actors that may have started already (the CLI starts them while it checks
+        the workload); ``config`` is ``completed`` for this spec. The caller closes the pool."""
+        if self.spec.search == "adaptive":
+            search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), out)
+            run_rounds(search, pool, config, search.store.snapshot_folder)
+            return search.totals
+        plan = self.plan()
+        result = run_sweep(plan, self.resolved_yaml(), out, config, pool=pool)
+        if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
+            profile = result.profile.as_json() if result.profile is not None else None
+            check = HorizonCheck(self.spec, plan, self.resolved_yaml(), out, profile, result)
+            run_rounds(check, pool, config, check.store.snapshot_folder)
+        return result
+
+
+def completed(spec: SweepSpec, config: RunConfig) -> RunConfig:
+    """``config`` with what the spec decides where the caller left it open (the attempts per trial)."""
+    if config.failure is None:
+        config = replace(config, failure=FailurePolicy(max_attempts=spec.max_attempts))
+    return config

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from ampsweep import __version__
 
-from ._api import Sweep
+from ._api import Sweep, completed
 from ._config import RunConfig
 from ._errors import OutOfSpace, SpecError, SweepStopped, is_out_of_space
 from ._result import SweepResult
 from .cluster._launcher import cluster_address
-from .cluster._ray_start import beside_local_start
+from .cluster._pool import WorkerPool
+from .cluster._ray_start import checked_while_actors_start
 from .devices import DEVICE_KINDS
+from .planning._grid import trials_to_train
 from .planning._spec import read_spec
 from .planning._workload_check import resolve_workload
 
@@ -209,8 +211,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         profile="://" not in args.out,
     )
     try:
-        sweep = _checked_beside_ray(args.spec, args.out, config)
-        result = sweep.run(args.out, config)
+        sweep, pool = _checked_beside_ray(args.spec, args.out, config)
+        if pool is None:
+            result = sweep.run(args.out, config)
+        else:
+            with pool:
+                result = sweep.run_on(pool, args.out, pool.config)
     except SweepStopped as stop:
         if stop.detail:
             print(stop.detail, file=sys.stderr)
@@ -237,8 +243,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> Sweep:
-    """The validated sweep in ``path``; for a new local sweep, built while Ray starts (``beside_local_start``).
+def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> tuple[Sweep, WorkerPool | None]:
+    """The validated sweep in ``path``; for a new local sweep, checked while its first actors start
+    (``checked_while_actors_start``), with the pool that holds them.
 
     The spec's shape and the workload's file first: a typo costs no cluster start. Only for a folder not
     on disk yet, where no refusal ``run_sweep`` makes before Ray starts (a live driver, another sweep's
@@ -249,8 +256,14 @@ def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> Sweep:
     ray = sys.modules.get("ray")
     joined = cluster_address(config.address) is not None or (ray is not None and ray.is_initialized())
     if joined or "://" in out or (Path(out) / spec.name).exists():
-        return Sweep(spec, base_dir=path.parent)
-    return beside_local_start(lambda: Sweep(spec, base_dir=path.parent), config.workers, config.runtime_env)
+        return Sweep(spec, base_dir=path.parent), None
+    pool = WorkerPool(completed(spec, config), spec.devices)
+    # a gang's pool is shaped by its plan (``use_gangs``) before it asks for actors
+    first = trials_to_train(spec) if spec.devices_per_trial == 1 else 0
+    sweep = checked_while_actors_start(
+        lambda: Sweep(spec, base_dir=path.parent), pool, first, config.runtime_env
+    )
+    return sweep, pool
 
 
 def _stop_ray() -> None:

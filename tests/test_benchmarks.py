@@ -110,7 +110,7 @@ EXPECTED: dict[str, list[str]] = {
         "## Start-up by part, against Ray's own start (bench_startup)",
         "(the issue's yardstick) |",
         "**ampsweep's share beyond Ray's start and shutdown**",
-        "| the workload check ran on another thread, during `ray.init` |",
+        "| the workload check ran on the driver's main thread after `ray.init`, while the actor started |",
     ],
     "bench_watch": [
         "## Watch: cost on a healthy run, and NaN to spec (bench_watch)",

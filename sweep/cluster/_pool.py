@@ -222,13 +222,30 @@ class WorkerPool:
         run = self.config
         return device_setup(slot.backend, slot.index, run.compute_on, run.deterministic)
 
-    def _start_actor(self, slot: Slot) -> None:
+    def prestart(self, count: int) -> None:
+        """Ask for the first ``count`` actors now, before there is work (``run`` hands them theirs).
+
+        An actor's start (a Ray worker process, ``import mindspore``) is about
+        3 s that nothing on the driver waits for: the CLI asks for the actors
+        right after Ray's start and checks the workload while they start.
+        """
+        if count <= 0:
+            return  # nothing opened: a gang's pool is shaped by ``use_gangs`` first
+        self.open()
+        for slot in self.slots[:count]:
+            if slot.actor is None and not slot.gone:
+                self._request_actor(slot)
+
+    def _request_actor(self, slot: Slot) -> None:
         if slot.actor is None:
             self._live += 1
         slot.actor = self.actors.start(slot.index, self._setup(slot), slot.backend.actor_options())
         slot.ready = False
-        self._work.dropped(slot)
         self.probes[self.actors.probe(slot.actor)] = (slot, slot.actor)
+
+    def _start_actor(self, slot: Slot) -> None:
+        self._request_actor(slot)
+        self._work.dropped(slot)
 
     def _give_up(self, slot: Slot) -> None:
         if slot.gone:

@@ -1,8 +1,11 @@
-"""Starting Ray for a sweep: join a cluster or start a local one, beside the workload check; a private token.
+"""Starting Ray for a sweep: join a cluster or start a local one, the first actors with it; a private token.
 
-A local ``ray.init`` is most of a sweep's start (5-13 s on 2 cores), and the
-driver's check of the workload (import MindSpore, build the network once) does
-not need Ray: run side by side, the first trial waits for the longer of the two.
+A local ``ray.init`` is most of a sweep's start (4-13 s on 2 cores), and an
+actor's start (about 3 s: a Ray worker process, ``import mindspore``) comes
+after it. The driver's check of the workload (import MindSpore, build the
+network once) needs neither, so it runs while the first actors start
+(``checked_while_actors_start``): the first trial waits for Ray's start plus
+the longer of the two (``bench_startup`` times each part).
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from ._pool import WorkerPool
 
 #: Ray's switch for token authentication; unset, a local ``ray.init`` turns it on (Ray 2.59 and later)
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
@@ -83,27 +88,32 @@ def keep_token_private() -> None:
     _say(f"Ray's token {path} was readable by other users (mode {mode:o}); made it 600 (owner only)")
 
 
-def beside_local_start(work: Callable[[], T], workers: int | None, runtime_env: dict[str, Any] | None) -> T:
-    """``work()`` on a thread while this (main) thread starts a local Ray, as Ray wants; what it returned.
+def checked_while_actors_start(
+    check: Callable[[], T], pool: WorkerPool, actors: int, runtime_env: dict[str, Any] | None
+) -> T:
+    """Start a local Ray, ask ``pool`` for its first ``actors`` actors, then ``check()`` while they start.
 
-    When ``work`` raises (a workload that cannot be built), Ray is shut down and
-    that error goes on, before any of Ray's own: a refused sweep leaves no
-    cluster. Protobuf's backend is picked first, as ``import mindspore`` would
-    (2.7's modules need it once Ray has loaded protobuf), not midway.
+    An actor's start (a Ray worker process, ``import mindspore``) and the
+    driver's workload check (``import mindspore``, the network built once)
+    need each other's results no more than Ray's start needs the check; run
+    side by side with Ray's start, the check slowed it (2 cores), while an
+    actor's start leaves a core free. When ``check`` raises (a workload that
+    cannot be built) or the user stops it, the actors are killed and Ray is
+    shut down before that error goes on: a refused sweep leaves no cluster.
+    Protobuf's backend is picked before Ray loads protobuf, as
+    ``import mindspore`` would (MindSpore 2.7's modules need it then).
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray
 
-    with ThreadPoolExecutor(1, thread_name_prefix="ampsweep-check") as pool:
-        checked = pool.submit(work)
-        try:
-            start_ray(None, workers, runtime_env)
-        except Exception:
-            if checked.exception() is None:
-                raise
-        if checked.exception() is not None:  # its error first: Ray's own failure would hide it
-            ray.shutdown()
-        return checked.result()
+    start_ray(None, pool.config.workers, runtime_env)
+    try:
+        pool.prestart(actors)
+        return check()
+    except BaseException:
+        pool.close()
+        ray.shutdown()
+        raise
 
 
 def _say(message: str) -> None:

@@ -101,3 +101,11 @@ def _o0_equivalents(trials: list[TrialConfig], by_id: dict[str, TrialConfig]) ->
 
 def count_graphs(trials: list[TrialConfig]) -> int:
     return len({t.graph_id for t in trials})
+
+
+def trials_to_train(spec: SweepSpec) -> int:
+    """How many of the spec's trials train, as far as the spec alone tells (the workload's loss-only
+    classes, known once it is built, can make a few more of them copies): the actors worth starting
+    before the workload check ends."""
+    trials = expand_grid(spec)
+    return len(trials) - len(equivalents(trials))
