@@ -63,11 +63,10 @@ class Sweep:
         """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""
         config = completed(self.spec, replace(config or RunConfig(), **overrides))
         with WorkerPool(config, self.spec.devices) as pool:  # one set of actors for every run of the sweep
-            return self.run_on(pool, str(out), config)
+            return self._run_on(pool, str(out), config)
 
-    def run_on(self, pool: WorkerPool, out: str, config: RunConfig) -> SweepResult:
-        """``run`` on a pool of actors that may have started already (the CLI starts them while it checks
-        the workload); ``config`` is ``completed`` for this spec. The caller closes the pool."""
+    def _run_on(self, pool: WorkerPool, out: str, config: RunConfig) -> SweepResult:
+        """``run`` on actors the caller may have started (and closes); ``config`` is ``completed``."""
         if self.spec.search == "adaptive":
             search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), out)
             run_rounds(search, pool, config, search.store.snapshot_folder)

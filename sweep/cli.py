@@ -216,7 +216,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             result = sweep.run(args.out, config)
         else:
             with pool:
-                result = sweep.run_on(pool, args.out, pool.config)
+                result = sweep._run_on(pool, args.out, pool.config)
     except SweepStopped as stop:
         if stop.detail:
             print(stop.detail, file=sys.stderr)

@@ -223,12 +223,8 @@ class WorkerPool:
         return device_setup(slot.backend, slot.index, run.compute_on, run.deterministic)
 
     def prestart(self, count: int) -> None:
-        """Ask for the first ``count`` actors now, before there is work (``run`` hands them theirs).
-
-        An actor's start (a Ray worker process, ``import mindspore``) is about
-        3 s that nothing on the driver waits for: the CLI asks for the actors
-        right after Ray's start and checks the workload while they start.
-        """
+        """Ask for the first ``count`` actors before there is work (``run`` hands them theirs): the CLI
+        checks the workload while they start (``checked_while_actors_start``)."""
         if count <= 0:
             return  # nothing opened: a gang's pool is shaped by ``use_gangs`` first
         self.open()

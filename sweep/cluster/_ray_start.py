@@ -1,11 +1,9 @@
 """Starting Ray for a sweep: join a cluster or start a local one, the first actors with it; a private token.
 
-A local ``ray.init`` is most of a sweep's start (4-13 s on 2 cores), and an
-actor's start (about 3 s: a Ray worker process, ``import mindspore``) comes
-after it. The driver's check of the workload (import MindSpore, build the
-network once) needs neither, so it runs while the first actors start
-(``checked_while_actors_start``): the first trial waits for Ray's start plus
-the longer of the two (``bench_startup`` times each part).
+A local ``ray.init`` (4-13 s on 2 cores) and an actor's start after it (about
+3 s: a Ray worker process, ``import mindspore``) are most of a sweep's start;
+the driver's workload check needs neither, so it runs while the first actors
+start (``bench_startup`` times each part).
 """
 
 from __future__ import annotations
@@ -93,15 +91,11 @@ def checked_while_actors_start(
 ) -> T:
     """Start a local Ray, ask ``pool`` for its first ``actors`` actors, then ``check()`` while they start.
 
-    An actor's start (a Ray worker process, ``import mindspore``) and the
-    driver's workload check (``import mindspore``, the network built once)
-    need each other's results no more than Ray's start needs the check; run
-    side by side with Ray's start, the check slowed it (2 cores), while an
-    actor's start leaves a core free. When ``check`` raises (a workload that
-    cannot be built) or the user stops it, the actors are killed and Ray is
-    shut down before that error goes on: a refused sweep leaves no cluster.
-    Protobuf's backend is picked before Ray loads protobuf, as
-    ``import mindspore`` would (MindSpore 2.7's modules need it then).
+    Beside ``ray.init`` the check slowed it (2 cores); an actor's start leaves a
+    core free. When ``check`` raises or the user stops it, the actors are killed
+    and Ray is shut down first: a refused sweep leaves no cluster. Protobuf's
+    backend is picked before Ray loads protobuf, as ``import mindspore`` would
+    (MindSpore 2.7's modules need it then).
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray
