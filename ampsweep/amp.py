@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ampsweep.contracts import error_line
+
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
 
@@ -32,8 +34,7 @@ class NotKeptInFloat32(RuntimeError):
 
     def __init__(self, class_name: str, cell_path: str, cause: BaseException) -> None:
         self.class_name = class_name
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
-        why = f"{type(cause).__name__}: {first}" if first else type(cause).__name__
+        why = error_line(cause)
         super().__init__(f"{class_name} cannot be kept in FP32 ({cell_path or 'the network itself'}): {why}")
 
 

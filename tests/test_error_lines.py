@@ -66,3 +66,32 @@ def test_a_refused_reference_still_says_what_is_allowed(tmp_path: Path, capsys, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("ampsweep: error: workload: 'my_model' is not allowed; "), lines[0]
+
+
+def test_a_trial_that_raises_a_framed_message_keeps_its_news_in_the_error_column(tmp_path: Path) -> None:
+    """MindSpore opens many messages with a rule of dashes and a ``- Section:`` header: the error
+    column holds the first line that says something, not the rule."""
+    from ampsweep.contracts import FP32_LEVEL
+    from ampsweep.jobs.training._trainer import run_trial
+    from tests._trial import trial_config
+
+    tiny = Path(__file__).parent / "workloads" / "tiny_mlp.py"
+    framed = (
+        "-" * 52 + "\n- Framework Error Message:\n" + "-" * 52 + "\nThe all-reduce timed out after 600 s"
+    )
+    (tmp_path / "framed.py").write_text(
+        "import dataclasses, importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('tiny_for_framed', {str(tiny)!r})\n"
+        "tiny = importlib.util.module_from_spec(spec); spec.loader.exec_module(tiny)\n"
+        "def _breaking(batches):\n"
+        "    for index, batch in enumerate(batches):\n"
+        f"        if index == 2: raise RuntimeError({framed!r})\n"
+        "        yield batch\n"
+        "def make(seed):\n"
+        "    workload = tiny.make(seed)\n"
+        "    return dataclasses.replace(workload, batches=_breaking(workload.batches))\n"
+    )
+    config = trial_config(workload=f"{tmp_path / 'framed.py'}:make", steps=5, amp_level=FP32_LEVEL)
+    result = run_trial(config, config.workload)
+    assert result.outcome == "failed"
+    assert result.error == "RuntimeError: The all-reduce timed out after 600 s"

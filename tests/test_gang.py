@@ -145,23 +145,28 @@ def test_a_batch_the_devices_do_not_divide_fails_in_one_line(gang):
     assert "\n" not in result.error
 
 
-def test_ranks_that_ended_apart_fail_the_trial():
-    from concurrent.futures import Future
-
-    from ampsweep.sweep.cluster._gang import _rank_zero
+def test_ranks_that_ended_apart_fail_the_trial_and_end_their_gang():
+    from ampsweep.sweep.cluster._gang import trial_answer
 
     result = run_trial(_fp32_trial(steps=2), str(TINY) + ":make")
-    done: Future[Any] = Future()
-    done.set_result([(result, "aaaa"), (None, "bbbb")])
-    failed = _rank_zero(done).result()
-    assert failed.outcome == "failed"
+    failed, apart = trial_answer([(result, "aaaa"), (None, "bbbb")])
+    assert failed.outcome == "failed" and not apart
     assert failed.error.startswith("RanksDiverged: the ranks ended with different parameters")
-    # rank 0 completed, rank 1's part raised (it hands its failure back): the trial failed, saying which rank
+    # rank 0 completed, rank 1's part raised (it hands its failure back): the trial failed, saying which
+    # rank, and the gang ends: rank 0 ran collectives rank 1 never joined
     broken = TrialResult.failure(result.config, "RuntimeError: out of memory", result.placement)
-    done = Future()
-    done.set_result([(result, "aaaa"), (broken, "")])
-    failed = _rank_zero(done).result()
+    failed, apart = trial_answer([(result, "aaaa"), (broken, "")])
     assert failed.outcome == "failed" and failed.error == "rank 1 of 2 failed: RuntimeError: out of memory"
+    assert apart
+    # rank 0 never answered (it waits in a collective rank 1 left): the same
+    stuck, apart = trial_answer([None, (broken, "")])
+    assert stuck.error == "rank 1 of 2 failed: RuntimeError: out of memory" and apart
+    # every rank failed at the same step (a workload that cannot be built): they stay in step
+    both = [(broken, ""), (replace(broken, placement=result.placement), "")]
+    failed, apart = trial_answer(both)
+    assert failed.error == "RuntimeError: out of memory" and not apart
+    later = replace(broken, steps_run=broken.steps_run + 3)
+    assert trial_answer([(broken, ""), (later, "")])[1], "ranks that failed at different steps are apart"
 
 
 def test_a_rank_takes_its_part_of_the_global_batch():

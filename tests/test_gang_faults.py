@@ -2,7 +2,8 @@
 
 A rank that dies ends its gang (the other rank waits in a collective that will
 never complete): the gang is formed again and the trial runs again, counted in
-``attempts``. A node lost under a gang ends the run as under a single actor:
+``attempts``. A rank whose part of a trial fails fails that trial, and ends its
+gang too. A node lost under a gang ends the run as under a single actor:
 exit 3 with the resume line and nothing half-committed (a resume is then a
 plain run, which ``test_reliability`` covers). Each test starts and ends only
 its own Ray.
@@ -27,6 +28,7 @@ from tests._wait import wait_until
 pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 ATTENTION = Path(__file__).parent / "workloads" / "attention_overflow.py"
+RANK_FAILS = Path(__file__).parent / "workloads" / "rank_fails.py"
 
 
 def _each_trial_once(root: Path) -> pd.DataFrame:
@@ -124,3 +126,38 @@ def test_losing_the_node_under_a_gang_ends_the_run_with_a_resume_line(tmp_path):
     # nothing half-committed: each committed trial has all its rows, and the run stopped early
     committed = _each_trial_once(out / "lost")
     assert 1 <= len(committed) < 3 and (committed["devices"] == 2).all()
+
+
+def test_a_rank_whose_part_fails_fails_its_trial_and_the_next_trial_trains_on_a_new_gang(tmp_path):
+    """Rank 1's batches break mid-trial (seed 1) while rank 0 waits for it in the step's all-reduce: that
+    trial fails naming rank 1, and the trial behind it on the same gang trains what it trains on one
+    device. Before the gang was ended on such a failure, the next trial's collectives paired with the
+    waiting rank's and it failed too."""
+    import ray
+
+    from ampsweep.jobs.training._trainer import run_trial
+    from ampsweep.sweep import RunConfig, Sweep
+
+    grid = {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]}
+    spec = {
+        "name": "rank",
+        "workload": f"{RANK_FAILS}:make",
+        "steps": 20,
+        "grid": grid,
+        "devices_per_trial": 2,
+    }
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        result = Sweep(spec).run(tmp_path, RunConfig(progress=False, keep_going=True))
+    finally:
+        ray.shutdown()
+    assert result.ran == 3
+    trials = _each_trial_once(tmp_path / "rank").set_index("seed")
+    assert trials.loc[1, "outcome"] == "failed"
+    assert trials.loc[1, "error"] == "rank 1 of 2 failed: RuntimeError: rank 1's fourth batch is broken"
+    for seed in (0, 2):
+        assert trials.loc[seed, "outcome"] == "completed", trials.loc[seed, "error"]
+        config = next(t for t in Sweep({**spec, "devices_per_trial": 1}).plan().trials if t.seed == seed)
+        single = run_trial(config, f"{TINY}:make")
+        # two halves averaged across ranks against one mean: float32 rounding apart, nothing more
+        assert trials.loc[seed, "final_loss"] == pytest.approx(single.final_loss, rel=0.01)

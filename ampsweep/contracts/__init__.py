@@ -99,6 +99,7 @@ from ._tables import (
     STEPS_SCHEMA,
     TABLE_SCHEMAS,
     TRIALS_SCHEMA,
+    error_line,
 )
 from ._verdict import (
     FP32_LEVEL,
@@ -161,6 +162,7 @@ __all__ = [
     "FP32_CELLS_MECHANISM",
     "TABLE_SCHEMAS",
     "TRIALS_SCHEMA",
+    "error_line",
     "TRIAL_PARTITION_KEY",
     "PlanEntry",
     "ReferenceFormError",

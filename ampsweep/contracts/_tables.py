@@ -162,7 +162,7 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "copied_from": "`trial_id` whose rows this trial took instead of training (`attempts` 0); null = trained",
         "copy_reason": "why the copy is exact: `equivalent` (the same computation on the same graph) or "
         "`clip_never_reached` (a tighter clip that the looser run never reached); null = trained",
-        "error": "exception type and first line, for `failed`",
+        "error": "exception type and the message's first line with words in it, for `failed`",
         "traceback": "full traceback, for `failed`",
         "wall_s": "seconds, whole trial on the worker (0 for a copy: `attempts` 0)",
         "compile_s": "seconds of compilation (first step's time minus a median step)",
@@ -242,3 +242,11 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "sweeps written before this column",
     },
 }
+
+
+def error_line(exc: BaseException) -> str:
+    """``Type: message``, one line, as the ``error`` column holds it: the message's first line with a word in
+    it, so a MindSpore message that opens with a rule of dashes or a ``- Section:`` header reads as its news."""
+    lines = [line.strip() for line in str(exc).splitlines() if any(c.isalnum() for c in line)]
+    said = [line for line in lines if not (line.startswith("- ") and line.endswith(":"))] or lines
+    return f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ampsweep.amp import NotKeptInFloat32
-from ampsweep.contracts import FP32_LEVEL, final_loss
+from ampsweep.contracts import FP32_LEVEL, error_line, final_loss
 
 from .._config import TrialConfig
 from .._placement import Placement
@@ -412,15 +412,9 @@ def _global(config: TrialConfig, step: int | None) -> int | None:
     return None if step is None else config.start_step + step
 
 
-def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` — what the ``error`` column holds."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 def _with_hint(config: TrialConfig, exc: BaseException) -> str:
     """The error line, and what to do where the cause is a known limit of MindSpore's, not the user's code."""
-    line = one_line(exc)
+    line = error_line(exc)
     if config.amp_level == "O1" and isinstance(exc, NameError):
         # O1's rewrite regenerates each Cell's source as a new module: the globals of the
         # user's module (a constant used in construct) are not there
@@ -446,4 +440,4 @@ def mindspore_version() -> str:
         return ""
 
 
-__all__ = ["CompiledStep", "GraphCache", "TrialMetrics", "local_placement", "one_line", "run_trial"]
+__all__ = ["CompiledStep", "GraphCache", "TrialMetrics", "local_placement", "run_trial"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +36,8 @@ from ._actors import Completion
 
 #: how long a gang may take to form (its placement group placed, every rank joined) before it is lost
 FORM_TIMEOUT_S = 600.0
+#: after one rank's part of a trial failed, how long the other ranks may take to answer (``all_ranks``)
+STRAGGLERS_S = 30.0
 
 STRATEGIES = ("STRICT_PACK", "PACK")
 
@@ -239,8 +242,27 @@ class GangActors:
             return
         method, *rest = args
         refs = [getattr(rank, method).remote(*rest) for rank in gang.ranks]
-        combined = all_ranks(refs)
-        combined.add_done_callback(lambda done: self.completions.put((key, _rank_zero(done))))
+        combined = all_ranks(refs, failed=_part_failed)
+        combined.add_done_callback(lambda done: self.completions.put((key, self._answer(gang, done))))
+
+    def _answer(self, gang: Gang, done: Future[Any]) -> Future[Any]:
+        """The trial's answer from its ranks'; a gang whose ranks ended its trial apart is ended (on a
+        thread: this runs on one of Ray's), and the calls after it find it ended."""
+        answer: Future[Any] = Future()
+        error = done.exception()
+        try:
+            if error is not None:
+                raise error
+            result, apart = trial_answer(done.result())
+        except BaseException as exc:  # noqa: BLE001 - the pool reads it off the future
+            answer.set_exception(exc)
+            return answer
+        if apart:
+            with gang.lock:
+                gang.killed = True
+            threading.Thread(target=self.kill, args=(gang,), daemon=True).start()
+        answer.set_result(result)
+        return answer
 
     def _fail_waiting(self, gang: Gang, error: BaseException) -> None:
         with gang.lock:
@@ -288,12 +310,18 @@ class GangLost(RuntimeError):
     """The gang a call was sent to ended (or never formed): its trial runs again on a new gang."""
 
 
-def all_ranks(refs: list[Any]) -> Future[Any]:
-    """Every rank's answer, in rank order; or the first failure (the other ranks may wait forever)."""
+def all_ranks(refs: list[Any], failed: Callable[[Any], bool] | None = None) -> Future[Any]:
+    """Every rank's answer, in rank order; or the first exception (the other ranks may wait forever).
+
+    ``failed``: an answer that says its rank's part failed. The other ranks then
+    get ``STRAGGLERS_S`` to answer; after that the answers come back with None
+    for the ranks still waiting (in a collective the failed rank never joined).
+    """
     combined: Future[Any] = Future()
     answers: list[Any] = [None] * len(refs)
     left = [len(refs)]
     lock = threading.Lock()
+    timer: list[threading.Timer] = []
 
     def one(rank: int, done: Future[Any]) -> None:
         with lock:
@@ -307,6 +335,15 @@ def all_ranks(refs: list[Any]) -> Future[Any]:
             left[0] -= 1
             if left[0] == 0:
                 combined.set_result(answers)
+            elif failed is not None and failed(answers[rank]) and not timer:
+                timer.append(threading.Timer(STRAGGLERS_S, give_up))
+                timer[0].daemon = True
+                timer[0].start()
+
+    def give_up() -> None:
+        with lock:
+            if not combined.done():
+                combined.set_result(list(answers))
 
     for rank, ref in enumerate(refs):
         ref.future().add_done_callback(lambda done, rank=rank: one(rank, done))
@@ -335,28 +372,46 @@ def differing_ranks(checksums: list[str]) -> str | None:
     )
 
 
-def _rank_zero(done: Future[Any]) -> Future[Any]:
-    """A trial's answer from its ranks' ``(result, checksum)`` pairs: rank 0's result, failed when the
-    ranks ended with different parameters or another rank's part failed."""
-    answer: Future[Any] = Future()
-    error = done.exception()
-    if error is not None:
-        answer.set_exception(error)
-        return answer
-    pairs = done.result()
-    result = next((r for r, _ in pairs if r is not None), None)
+def _part_failed(answer: tuple[TrialResult | None, str]) -> bool:
+    return answer[0] is not None and bool(answer[0].error)
+
+
+def trial_answer(answers: list[tuple[TrialResult | None, str] | None]) -> tuple[TrialResult, bool]:
+    """A trial's result from its ranks' ``(result, checksum)`` answers (None: a rank that never
+    answered), and whether its ranks ended it apart, so that the gang must be formed again.
+
+    The result is rank 0's, failed when another rank's part failed or the ranks
+    ended with different parameters. Ranks that all failed at the same step ran
+    the same collectives and stay in step; one that failed while another went on
+    (or waits for it) leaves the next trial's collectives paired with this one's.
+    """
+    failed = [
+        (rank, a[0]) for rank, a in enumerate(answers) if a is not None and a[0] is not None and a[0].error
+    ]
+    if failed:
+        apart = len(failed) < len(answers) or len({result.steps_run for _, result in failed}) > 1
+        rank, first = failed[0]
+        if rank == 0:
+            return first, apart
+        reason = f"rank {rank} of {len(answers)} failed: {first.error}"
+        return TrialResult.failure(first.config, reason, first.placement, wall_s=first.wall_s), apart
+    result = answers[0][0] if answers[0] is not None else None
     if result is None:
-        answer.set_exception(GangLost("no rank returned the trial's result"))
-        return answer
-    checksums = [checksum for _, checksum in pairs]
-    reason = differing_ranks(checksums) if all(checksums) else None
-    failed = [(rank, r.error) for rank, (r, _) in enumerate(pairs) if rank and r is not None and r.error]
-    if not result.error and failed:  # rank 0 finished, another rank's part failed: so did the trial
-        reason = f"rank {failed[0][0]} of {len(pairs)} failed: {failed[0][1]}"
-    if reason is not None:
-        result = TrialResult.failure(result.config, reason, result.placement, wall_s=result.wall_s)
-    answer.set_result(result)
-    return answer
+        raise GangLost("no rank returned the trial's result")
+    checksums = [a[1] for a in answers if a is not None]
+    apart_reason = differing_ranks(checksums) if all(checksums) else None
+    if apart_reason is not None:
+        result = TrialResult.failure(result.config, apart_reason, result.placement, wall_s=result.wall_s)
+    return result, False
 
 
-__all__ = ["Gang", "GangActors", "GangLost", "GangScheduler", "all_ranks", "bundle_of", "rank_environment"]
+__all__ = [
+    "Gang",
+    "GangActors",
+    "GangLost",
+    "GangScheduler",
+    "all_ranks",
+    "bundle_of",
+    "rank_environment",
+    "trial_answer",
+]
