@@ -12,6 +12,7 @@ import os
 import shlex
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -217,29 +218,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             with pool:
                 result = sweep._run_on(pool, args.out, pool.config)
-    except SweepStopped as stop:
-        if stop.detail:
-            print(stop.detail, file=sys.stderr)
-        resume = "ampsweep " + shlex.join(args.argv)
-        print(f"ampsweep: stopped: {stop}; resume with: {resume}", file=sys.stderr, flush=True)
-        return stop.exit_code
-    finally:
+    except BaseException as exc:
         if args.whole_process:
             _stop_ray()
+        if not isinstance(exc, SweepStopped):
+            raise
+        if exc.detail:
+            print(exc.detail, file=sys.stderr)
+        resume = "ampsweep " + shlex.join(args.argv)
+        print(f"ampsweep: stopped: {exc}; resume with: {resume}", file=sys.stderr, flush=True)
+        return exc.exit_code
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.outcomes.items())) or "nothing new"
     if result.copied:
         counts += f"; {result.copied} copied from a trial that computes the same, not trained"
     done = f"{sweep.name}: {result.ran} trials run ({counts}), {result.skipped} already done; results in {result.root}"
     if not result.is_local:
+        if args.whole_process:
+            _stop_ray()
         print(done)
         print(
             f"report: `ampsweep pull {args.out.rstrip('/')}/{sweep.name} DIR`, then `ampsweep report DIR/{sweep.name}`"
         )
-    else:
-        # the answer first, then the table; what ran is a footnote
+        return 0
+
+    def report() -> None:  # the answer first, then the table; what ran is a footnote
         _write_profile(sweep, Path(result.root), args.spec, result)
         _print_top(Path(result.root), args.top, Path(args.spec).parent)
-        print(done)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="ampsweep-report") as reporting:
+        written = reporting.submit(report)
+        if args.whole_process:
+            _stop_ray()  # Ray's processes end (1-2 s) while the report is written: it needs none of them
+        written.result()
+    print(done)
     return 0
 
 
