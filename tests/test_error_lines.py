@@ -76,9 +76,7 @@ def test_a_trial_that_raises_a_framed_message_keeps_its_news_in_the_error_column
     from tests._trial import trial_config
 
     tiny = Path(__file__).parent / "workloads" / "tiny_mlp.py"
-    framed = (
-        "-" * 52 + "\n- Framework Error Message:\n" + "-" * 52 + "\nThe all-reduce timed out after 600 s"
-    )
+    framed = "-" * 52 + "\n- Framework Error Message:\n" + "-" * 52 + "\nThe all-reduce timed out after 600 s"
     (tmp_path / "framed.py").write_text(
         "import dataclasses, importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('tiny_for_framed', {str(tiny)!r})\n"
