@@ -203,50 +203,48 @@ def _parts(at: dict[str, float], compile_s: float) -> list[tuple[str, str, float
     Rows starting with "of which" lie inside the row above them and are not
     on the path; the others add up to the time to the first result.
     """
-    nan = float("nan")
-    get = at.get
+
+    def between(first: str, then: str) -> float:
+        return at.get(then, float("nan")) - at.get(first, float("nan"))
+
     return [
         ("Python starts, `import ampsweep.sweep.cli`", "process start → CLI imported", at["imported"]),
         (
             "spec read, workload file found, `import ray`",
             "CLI imported → `ray.init` starts",
-            get("ray_init_start", nan) - at["imported"],
+            between("imported", "ray_init_start"),
         ),
-        (
-            "Ray's start",
-            "`ray.init`: its call → its return",
-            get("ray_init_end", nan) - get("ray_init_start", nan),
-        ),
+        ("Ray's start", "`ray.init`: its call → its return", between("ray_init_start", "ray_init_end")),
         (
             "driver: devices found, first actor asked for",
             "`ray.init` returned → `ray.remote`",
-            get("actor_requested", nan) - get("ray_init_end", nan),
+            between("ray_init_end", "actor_requested"),
         ),
         (
             "actor start (a Ray worker process, `import mindspore`, device set-up), the workload check beside it",
             "actor asked for → trial starts on it",
-            at["trial_started"] - get("actor_requested", nan),
+            between("actor_requested", "trial_started"),
         ),
         (
             "of which the workload check on the driver (import MindSpore, build the network)",
             "`Sweep.__init__` → its return",
-            get("check_end", nan) - get("check_start", nan),
+            between("check_start", "check_end"),
         ),
         (
             "of which the driver after the check: plan, folder, the first trial sent",
             "check done → `RayActors.run`",
-            get("trial_sent", nan) - get("check_end", nan),
+            between("check_end", "trial_sent"),
         ),
         (
             "first trial: build, compile, steps",
             "trial start → end (the worker's stamps)",
-            at["trial_finished"] - at["trial_started"],
+            between("trial_started", "trial_finished"),
         ),
         ("of which its compile", "`compile_s`", compile_s),
         (
             "result back to the driver and committed",
             "trial end → commit",
-            at["committed"] - at["trial_finished"],
+            between("trial_finished", "committed"),
         ),
     ]
 
