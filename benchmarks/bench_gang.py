@@ -16,7 +16,7 @@ Three figures for issue 47, each measured, none asserted in a test:
   (``drive_trials``, as ``bench_launcher`` measures it) against an in-process
   stand-in for the actors, with 64 gangs of 8 simulated devices against 512
   single devices. A gang's trial is sent to each of its ranks and its answer
-  combined (``_gang.all_ranks`` and ``_rank_zero``, the code a real gang uses).
+  combined (``_gang.all_ranks`` and ``answer_of``, the code a real gang uses).
 
 At the tiny size (the test suite's smoke run) only the dispatch runs, on a
 few devices: forming a gang costs tens of seconds.
@@ -106,7 +106,7 @@ class GangStandIn(CpuTimedActors):
         return self._answer(actor[0].info)
 
     def run(self, actor: Any, config: Any, workload_ref: str, hint: Any, start: Any) -> int:
-        from ampsweep.sweep.cluster._gang import _rank_zero, all_ranks
+        from ampsweep.sweep.cluster._gang import all_ranks, answer_of
 
         self.calls += 1
         refs = []
@@ -118,7 +118,7 @@ class GangStandIn(CpuTimedActors):
             self.actor_s += time.thread_time() - started
             refs.append(_Answered(pickle.loads(sent)))
         key = next(self._keys)
-        all_ranks(refs).add_done_callback(lambda done: self.completions.put((key, _rank_zero(done))))
+        all_ranks(refs).add_done_callback(lambda done: self.completions.put((key, answer_of(done)[0])))
         return key
 
 

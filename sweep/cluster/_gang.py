@@ -242,22 +242,13 @@ class GangActors:
         combined.add_done_callback(lambda done: self.completions.put((key, self._answer(gang, done))))
 
     def _answer(self, gang: Gang, done: Future[Any]) -> Future[Any]:
-        """The trial's answer from its ranks'; a gang whose ranks ended its trial apart is ended (on a
+        """The trial's answer (``answer_of``); a gang whose ranks ended its trial apart is ended (on a
         thread: this runs on one of Ray's), and the calls after it find it ended."""
-        answer: Future[Any] = Future()
-        error = done.exception()
-        try:
-            if error is not None:
-                raise error
-            result, apart = trial_answer(done.result())
-        except BaseException as exc:  # noqa: BLE001 - the pool reads it off the future
-            answer.set_exception(exc)
-            return answer
+        answer, apart = answer_of(done)
         if apart:
             with gang.lock:
                 gang.killed = True
             threading.Thread(target=self.kill, args=(gang,), daemon=True).start()
-        answer.set_result(result)
         return answer
 
     def _fail_waiting(self, gang: Gang, error: BaseException) -> None:
@@ -368,6 +359,19 @@ def differing_ranks(checksums: list[str]) -> str | None:
     )
 
 
+def answer_of(done: Future[Any]) -> tuple[Future[Any], bool]:
+    """What the pool reads for a trial from its ranks' combined answers (``all_ranks``), and whether its
+    ranks ended it apart (``trial_answer``)."""
+    answer: Future[Any] = Future()
+    try:
+        result, apart = trial_answer(done.result())
+    except BaseException as exc:  # noqa: BLE001 - the pool reads it off the future
+        answer.set_exception(exc)
+        return answer, False
+    answer.set_result(result)
+    return answer, apart
+
+
 def _part_failed(answer: tuple[TrialResult | None, str]) -> bool:
     return answer[0] is not None and bool(answer[0].error)
 
@@ -407,6 +411,7 @@ __all__ = [
     "GangLost",
     "GangScheduler",
     "all_ranks",
+    "answer_of",
     "bundle_of",
     "rank_environment",
     "trial_answer",
