@@ -268,13 +268,11 @@ def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> tuple[Sweep,
     joined = cluster_address(config.address) is not None or (ray is not None and ray.is_initialized())
     if joined or "://" in out or (Path(out) / spec.name).exists():
         return Sweep(spec, base_dir=path.parent), None
-    pool = WorkerPool(completed(spec, config), spec.devices)
     # a gang's pool is shaped by its plan (``use_gangs``) before it asks for actors
     first = trials_to_train(spec) if spec.devices_per_trial == 1 else 0
-    sweep = checked_while_actors_start(
-        lambda: Sweep(spec, base_dir=path.parent), pool, first, config.runtime_env
+    return checked_while_actors_start(
+        lambda: Sweep(spec, base_dir=path.parent), completed(spec, config), spec.devices, first
     )
-    return sweep, pool
 
 
 def _stop_ray() -> None:

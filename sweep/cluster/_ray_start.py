@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from .._config import RunConfig
     from ._pool import WorkerPool
 
 #: Ray's switch for token authentication; unset, a local ``ray.init`` turns it on (Ray 2.59 and later)
@@ -87,23 +88,27 @@ def keep_token_private() -> None:
 
 
 def checked_while_actors_start(
-    check: Callable[[], T], pool: WorkerPool, actors: int, runtime_env: dict[str, Any] | None
-) -> T:
-    """Start a local Ray, ask ``pool`` for its first ``actors`` actors, then ``check()`` while they start.
+    check: Callable[[], T], config: RunConfig, devices: str | list[str], actors: int
+) -> tuple[T, WorkerPool]:
+    """Start a local Ray, open a pool that asks for its first ``actors`` actors, then ``check()`` while
+    they start; what it returned, and that pool.
 
     Beside ``ray.init`` the check slowed it (2 cores); an actor's start leaves a
     core free. When ``check`` raises or the user stops it, the actors are killed
     and Ray is shut down first: a refused sweep leaves no cluster. Protobuf's
-    backend is picked before Ray loads protobuf, as ``import mindspore`` would
-    (MindSpore 2.7's modules need it then).
+    backend is picked before anything imports Ray (the pool does), as
+    ``import mindspore`` would: MindSpore 2.7's modules need it then.
     """
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray
 
-    start_ray(None, pool.config.workers, runtime_env)
+    from ._pool import WorkerPool
+
+    start_ray(None, config.workers, config.runtime_env)
+    pool = WorkerPool(config, devices)
     try:
         pool.prestart(actors)
-        return check()
+        return check(), pool
     except BaseException:
         pool.close()
         ray.shutdown()
