@@ -35,6 +35,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from ampsweep.jobs import RankAnswer
+
 from ._noop_actor import NoopTrialWorker
 from ._standin import InProcessActors
 from .bench_launcher import drive_noop_grid
@@ -114,7 +116,7 @@ class GangStandIn(CpuTimedActors):
             arguments = pickle.dumps((config, workload_ref, hint, start), protocol=5)
             started = time.thread_time()
             result = worker.run(*pickle.loads(arguments))
-            sent = pickle.dumps((result if rank == 0 else None, "checksum"), protocol=5)
+            sent = pickle.dumps(RankAnswer(result if rank == 0 else None, "checksum"), protocol=5)
             self.actor_s += time.thread_time() - started
             refs.append(_Answered(pickle.loads(sent)))
         key = next(self._keys)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement
-from ._result import Outcome, TrialResult
+from ._result import Outcome, RankAnswer, TrialResult
 from ._worker import TrialWorker
 from ._workload import Workload, WorkloadError, build_workload, load_factory, resolve_reference
+from .localization._diagnose import merge_ranks
 from .profiling._profile import CellProfile, Profile, profile
 from .training._amp import known_layer_types, network_cell_types
 from .training._baseline import Baseline, Hint, PendingBaseline
@@ -28,6 +29,7 @@ __all__ = [
     "PendingBaseline",
     "Placement",
     "Profile",
+    "RankAnswer",
     "TrialConfig",
     "TrialResult",
     "TrialWorker",
@@ -43,6 +45,7 @@ __all__ = [
     "same_run_with_clip",
     "known_layer_types",
     "load_factory",
+    "merge_ranks",
     "network_cell_types",
     "profile",
     "resolve_reference",

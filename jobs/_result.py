@@ -28,6 +28,22 @@ from ._placement import Placement
 from .training._amp import Fp32Part, fp32_cells_mechanism
 
 
+@dataclass(frozen=True)
+class RankAnswer:
+    """One rank's answer for its part of a data-parallel trial (``TrialWorker.run_rank``).
+
+    ``result``: rank 0's, or the failure of a rank whose part failed; None
+    elsewhere (the tables come from rank 0). ``checksum``: the parameters the
+    trial ended with (empty when it failed), equal on ranks that trained
+    together. ``anomalies``: this rank's finding, which the driver merges
+    (``merge_ranks``).
+    """
+
+    result: TrialResult | None
+    checksum: str
+    anomalies: pa.Table = field(default_factory=ANOMALIES_SCHEMA.empty_table)
+
+
 @dataclass
 class TrialResult:
     """One finished trial, as the actor measured it."""

@@ -19,7 +19,7 @@ from ampsweep.contracts import parse_reference
 
 from ._config import TrialConfig
 from ._placement import DeviceSetup, Placement, overflow_mode
-from ._result import TrialResult
+from ._result import RankAnswer, TrialResult
 from .profiling._profile import Profile
 from .training._baseline import Hint
 
@@ -90,11 +90,10 @@ class TrialWorker:
         )
         started_at = datetime.now(timezone.utc)
         result = run_trial(config, workload_ref, self.placement, self.graphs, params)
-        # a replay must retrace the trial bit for bit; in a gang it would have to replay every
-        # rank's collectives too, so a data-parallel trial is not localized
-        if config.localize and self.setup.exact_reruns and self.group is None:
+        # a replay must retrace the trial bit for bit; on a gang every rank replays its own part at once
+        if config.localize and self.setup.exact_reruns:
             replay_started = time.perf_counter()
-            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params)
+            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params, self.group)
             result.diagnose_s = time.perf_counter() - replay_started
         result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
         return result
@@ -105,13 +104,13 @@ class TrialWorker:
         workload_ref: str,
         baseline: Hint = None,
         start: bytes | None = None,
-    ) -> tuple[TrialResult | None, str]:
-        """One rank's part of a data-parallel trial: rank 0's result (elsewhere None, or the failure of a
-        rank whose part failed) and a checksum.
+    ) -> RankAnswer:
+        """One rank's part of a data-parallel trial (``RankAnswer``).
 
-        Every rank trains the same step on its part of each batch; the tables
-        come from rank 0 alone. The checksum of the parameters the trial ended
-        with (empty when it failed) lets the gang tell ranks that trained apart.
+        Every rank trains the same step on its part of each batch, and a broken
+        trial is localized on every rank's part; the tables come from rank 0
+        alone. The checksum of the parameters the trial ended with lets the
+        gang tell ranks that trained apart.
         """
         from .training._data_parallel import parameter_checksum
 
@@ -119,7 +118,7 @@ class TrialWorker:
         step = self.graphs.held(config, self._here(workload_ref))
         checksum = parameter_checksum(step.named_state()) if step is not None and not result.error else ""
         rank = self.group.rank if self.group is not None else 0
-        return (result if rank == 0 or result.error else None), checksum
+        return RankAnswer(result if rank == 0 or result.error else None, checksum, result.anomalies)
 
     def profile(
         self,

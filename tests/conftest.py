@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import mindspore  # noqa: F401 - before any test module imports ray (see below)
 import pytest
@@ -64,3 +67,35 @@ def write_spec(tmp_path: Path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="module")
+def gang() -> Iterator[tuple[Any, Any]]:
+    """One gang of 2 CPU rank actors (a placement group and MindSpore's scheduler) for a whole module:
+    forming one costs tens of seconds on 2 cores."""
+    import ray
+
+    from ampsweep.sweep.cluster._gang import GangActors
+    from ampsweep.sweep.devices import CpuBackend, device_setup
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    actors = GangActors(2)
+    backend = CpuBackend()
+    formed = actors.start(0, device_setup(backend, 0, None), backend.actor_options())
+    try:
+        answer(actors, actors.probe(formed))
+        yield actors, formed
+    finally:
+        actors.kill(formed)
+        ray.shutdown()
+
+
+def answer(actors: Any, key: Any, timeout_s: float = 300.0) -> Any:
+    """The answer to ``key``, read off the gang's completion queue."""
+    while True:
+        try:
+            call, future = actors.completions.get(timeout=timeout_s)
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout_s:.0f} s") from None
+        if call is key:
+            return future.result()

@@ -13,8 +13,6 @@ to float32 rounding, far inside the 1 % the test allows.
 from __future__ import annotations
 
 import dataclasses
-import queue
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,39 +24,10 @@ from ampsweep.contracts import FP32_LEVEL
 from ampsweep.jobs import TrialConfig, TrialResult
 from ampsweep.jobs.training._trainer import run_trial
 from tests._trial import trial_config
+from tests.conftest import answer as _answer
 
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 STEPS = 50
-
-
-@pytest.fixture(scope="module")
-def gang() -> Iterator[tuple[Any, Any]]:
-    import ray
-
-    from ampsweep.sweep.cluster._gang import GangActors
-    from ampsweep.sweep.devices import CpuBackend, device_setup
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    actors = GangActors(2)
-    backend = CpuBackend()
-    formed = actors.start(0, device_setup(backend, 0, None), backend.actor_options())
-    try:
-        _answer(actors, actors.probe(formed))
-        yield actors, formed
-    finally:
-        actors.kill(formed)
-        ray.shutdown()
-
-
-def _answer(actors: Any, key: Any, timeout_s: float = 300.0) -> Any:
-    """The answer to ``key``, read off the gang's completion queue."""
-    while True:
-        try:
-            call, future = actors.completions.get(timeout=timeout_s)
-        except queue.Empty:
-            raise AssertionError(f"no answer within {timeout_s:.0f} s") from None
-        if call is key:
-            return future.result()
 
 
 def _fp32_trial(**overrides: Any) -> TrialConfig:
@@ -102,10 +71,10 @@ def test_two_devices_follow_one_device_at_the_same_global_batch(gang):
 def test_both_ranks_end_with_the_same_parameters(gang):
     actors, formed = gang
     config = dataclasses.replace(_fp32_trial(steps=10, seed=1), devices=2)
-    pairs = _answer_all(actors, formed, config)
-    checksums = [checksum for _, checksum in pairs]
+    answers = _answer_all(actors, formed, config)
+    checksums = [answer.checksum for answer in answers]
     assert len(checksums) == 2 and checksums[0] and checksums[0] == checksums[1]
-    assert sum(result is not None for result, _ in pairs) == 1  # the tables come from rank 0 alone
+    assert sum(answer.result is not None for answer in answers) == 1  # the tables come from rank 0 alone
 
 
 @pytest.mark.slow
@@ -128,8 +97,8 @@ def test_an_overflow_skips_the_step_on_every_rank(gang):
     assert not all(skipped_two), "the scale recovered"
 
 
-def _answer_all(actors: Any, formed: Any, config: TrialConfig) -> list[tuple[Any, str]]:
-    """Every rank's ``(result, checksum)``, asked of the ranks directly."""
+def _answer_all(actors: Any, formed: Any, config: TrialConfig) -> list[Any]:
+    """Every rank's ``RankAnswer``, asked of the ranks directly."""
     import ray
 
     return ray.get([rank.run_rank.remote(config, config.workload, None, None) for rank in formed.ranks])
@@ -146,27 +115,28 @@ def test_a_batch_the_devices_do_not_divide_fails_in_one_line(gang):
 
 
 def test_ranks_that_ended_apart_fail_the_trial_and_end_their_gang():
+    from ampsweep.jobs import RankAnswer as A
     from ampsweep.sweep.cluster._gang import trial_answer
 
     result = run_trial(_fp32_trial(steps=2), str(TINY) + ":make")
-    failed, apart = trial_answer([(result, "aaaa"), (None, "bbbb")])
+    failed, apart = trial_answer([A(result, "aaaa"), A(None, "bbbb")])
     assert failed.outcome == "failed" and not apart
     assert failed.error.startswith("RanksDiverged: the ranks ended with different parameters")
     # rank 0 completed, rank 1's part raised (it hands its failure back): the trial failed, saying which
     # rank, and the gang ends: rank 0 ran collectives rank 1 never joined
     broken = TrialResult.failure(result.config, "RuntimeError: out of memory", result.placement)
-    failed, apart = trial_answer([(result, "aaaa"), (broken, "")])
+    failed, apart = trial_answer([A(result, "aaaa"), A(broken, "")])
     assert failed.outcome == "failed" and failed.error == "rank 1 of 2 failed: RuntimeError: out of memory"
     assert apart
     # rank 0 never answered (it waits in a collective rank 1 left): the same
-    stuck, apart = trial_answer([None, (broken, "")])
+    stuck, apart = trial_answer([None, A(broken, "")])
     assert stuck.error == "rank 1 of 2 failed: RuntimeError: out of memory" and apart
     # every rank failed at the same step (a workload that cannot be built): they stay in step
-    both = [(broken, ""), (replace(broken, placement=result.placement), "")]
+    both = [A(broken, ""), A(replace(broken, placement=result.placement), "")]
     failed, apart = trial_answer(both)
     assert failed.error == "RuntimeError: out of memory" and not apart
     later = replace(broken, steps_run=broken.steps_run + 3)
-    assert trial_answer([(broken, ""), (later, "")])[1], "ranks that failed at different steps are apart"
+    assert trial_answer([A(broken, ""), A(later, "")])[1], "ranks that failed at different steps are apart"
 
 
 def test_a_rank_takes_its_part_of_the_global_batch():

@@ -124,6 +124,8 @@ ANOMALIES_SCHEMA = pa.schema(
         ("inner_max_abs", pa.float64()),  # max |x| of that op's input (exp: its largest value)
         ("intermediate_max_abs", pa.float64()),  # max |x| of the finite intermediates inside the Cell
         ("finite", pa.bool_()),  # the offending tensor held no inf/NaN: where precision was lost upstream
+        ("rank", pa.int64()),  # the rank whose part of the global batch broke first (0 on one device)
+        ("ranks_broken", pa.int64()),  # how many ranks' parts broke at that step (1 on one device)
     ]
 )
 
@@ -240,6 +242,10 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "finite": "the offending tensor held no inf/NaN: the Cell whose output first reached 10x FP32's at the "
         "step where a Cell after it went non-finite (precision lost here, the overflow further on); null in "
         "sweeps written before this column",
+        "rank": "on a gang (`devices_per_trial` > 1), the rank whose part of the global batch the Cell broke on "
+        "first (the lowest such rank at the earliest step); 0 on one device; null in sweeps written before this column",
+        "ranks_broken": "how many ranks' parts broke in a Cell at that step (1 on one device); null in sweeps "
+        "written before this column",
     },
 }
 

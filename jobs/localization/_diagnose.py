@@ -35,6 +35,7 @@ from ..training._baseline import Hint, resolve_baseline
 from ..training._capture import loss_ok
 
 if TYPE_CHECKING:
+    from ..training._data_parallel import RankGroup
     from ..training._step import GraphCache
 
 
@@ -113,32 +114,52 @@ def diagnose(
     baseline: Hint,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
+    group: RankGroup | None = None,
 ) -> pa.Table:
     """The ``anomalies`` table of one finished trial: zero or one row.
 
     ``graphs``: the worker's compiled steps, so the replay can run the steps it
     need not look at on the trial's own graph instead of compiling one.
     ``start``: the trial's snapshot (``run_trial``'s), which its replays start from.
+    ``group``: this rank's place in a gang, whose every rank diagnoses at once
+    (``jobs.localization._ranks``); its row is this rank's part, merged by the driver (``merge_ranks``).
     """
     wanted = localize_mode(result, baseline)
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
-    from ._localize import localize
-
     mode, until_step = wanted
+    where = {"device_target": result.placement.device_target, "until_step": until_step}
     try:
-        table = localize(
-            result.config,
-            workload_ref,
-            mode=mode,
-            device_target=result.placement.device_target,
-            until_step=until_step,
-            graphs=graphs,
-            start=start,
-        )
+        if group is None:
+            from ._localize import localize
+
+            table = localize(result.config, workload_ref, mode=mode, graphs=graphs, start=start, **where)
+        else:
+            from ._ranks import localize_on_ranks
+
+            table = localize_on_ranks(
+                result.config, workload_ref, group, mode=mode, graphs=graphs, start=start, **where
+            )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()
-    return _global_steps(table, result.config.start_step)
+    table = _global_steps(table, result.config.start_step)
+    for column, value in (("rank", 0 if group is None else group.rank), ("ranks_broken", 1)):
+        index = table.schema.get_field_index(column)
+        table = table.set_column(
+            index, table.schema.field(index), pa.array([value] * table.num_rows, pa.int64())
+        )
+    return table
+
+
+def merge_ranks(tables: list[pa.Table]) -> pa.Table:
+    """A gang's finding from its ranks' (``diagnose`` on each): the earliest step, then the lowest rank,
+    with how many ranks' parts broke at that step."""
+    rows = [row for table in tables for row in table.to_pylist()]
+    if not rows:
+        return ANOMALIES_SCHEMA.empty_table()
+    first = min(rows, key=lambda row: (row["replay_step"], row["rank"]))
+    first["ranks_broken"] = sum(row["replay_step"] == first["replay_step"] for row in rows)
+    return pa.Table.from_pylist([first], schema=ANOMALIES_SCHEMA)
 
 
 def _global_steps(table: pa.Table, start_step: int) -> pa.Table:

@@ -47,7 +47,7 @@ def fp32_twin(
     fp32 = _fp32(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
     if compiled is None and graphs is not None and finding.step >= JIT_PREFIX_MIN_STEPS:
-        compiled = _worker_fp32_graph(fp32, workload_ref, graphs, start)
+        compiled = graph_for(fp32, workload_ref, graphs, start)
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
         replay, early = _skip_ahead(
             fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs, start
@@ -59,20 +59,27 @@ def fp32_twin(
         replay = _Replay(fp32, workload_ref, finding.step + 1, start)
         for _ in range(finding.step):
             replay.step(next(replay.batches))
-    batch, event = next(replay.batches), finding.event
-    probe = CellProbe(backward=False)  # the forward pass first: often all the comparison needs
+    return hooked_twin_step(replay, next(replay.batches), finding)
+
+
+def hooked_twin_step(replay: _Replay, batch: tuple[Any, ...], finding: _Finding) -> CellProbe:
+    """What every Cell of the FP32 ``replay`` did on ``batch``: the forward pass first, alone (often all the
+    comparison needs), then forward and backward (no update) when the finding's gradient needs a twin."""
+    event = finding.event
+    probe = CellProbe(backward=False)
     replay.probed(probe, lambda: replay.forward_only(batch))
     twin_forward = probe.find(event.name, "forward", event.forward_call)
     if event.phase == "backward" and not _forward_blew_up(finding.forward, twin_forward):
         probe = CellProbe(backward=True)  # a gradient to compare with: the whole step, hooked
-        replay.probed(probe, lambda: replay.step(batch))
+        replay.probed(probe, lambda: replay.look(batch))
     return probe
 
 
-def _worker_fp32_graph(
-    fp32: TrialConfig, workload_ref: str, graphs: GraphCache, start: Mapping[str, Any] | None
+def graph_for(
+    config: TrialConfig, workload_ref: str, graphs: GraphCache | None, start: Mapping[str, Any] | None
 ) -> CompiledStep | None:
-    """The worker's FP32 graph, built now and kept when it has none; its first step compiles it.
+    """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none; its first
+    step compiles it.
 
     An actor that started while every FP32 trial was taken (more actors than
     seeds, ``sweep.scheduling._queue``) holds no FP32 graph. A twin far enough in must
@@ -82,14 +89,15 @@ def _worker_fp32_graph(
     when the workload cannot be built here: the replay then compiles its own
     step, as before.
     """
-    held = graphs.held(fp32, workload_ref)
+    held = graphs.held(config, workload_ref) if graphs is not None else None
     if held is not None:
         return held
     try:
-        step = CompiledStep(fp32, trial_workload(fp32, workload_ref, start))
+        step = CompiledStep(config, trial_workload(config, workload_ref, start))
     except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
         return None
-    graphs.hold(fp32, workload_ref, step)
+    if graphs is not None:
+        graphs.hold(config, workload_ref, step)
     return step
 
 

@@ -170,53 +170,75 @@ def _nonfinite(
         replay = _Replay(config, workload_ref, limit, start)
         prefix = 0
     probe = replay.attach(CellProbe(backward=True))
-    finding: _Finding | None = None
-    fallback: _Finding | None = None
-    skipped = 0
+    look = _Look(replay.dynamic)
     try:
         for index, batch in enumerate(replay.batches, start=prefix):
             probe.start()
             finite, bad_params = replay.step(batch)
             probe.stop()
-            forward = probe.first_nonfinite("forward")
-            if forward is not None:
-                # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
-                finding = _Finding(
-                    forward,
-                    index,
-                    [],
-                    inside=replay_inside(forward),
-                    step_forward=tuple(probe.forward_events()),
-                )
+            if look.at(probe, index, finite, bad_params):
                 break
-            backward = _backward_culprit(probe, [] if finite else bad_params)
-            if backward is None:
-                continue
-            candidate = _Finding(backward[0], index, backward[1])
-            candidate.forward = probe.find(backward[0].name, "forward", backward[0].forward_call)
-            if not replay.dynamic:
-                finding = candidate
-                break
-            # a dynamic scaler skips this step and lowers the scale: what it is for
-            fallback = fallback or candidate
-            skipped += 1
     finally:
         replay.close()
-    if finding is None and fallback is not None:
-        finding = fallback
-        finding.note.insert(
-            0,
-            f"only backward overflows: {skipped} step(s) skipped by the dynamic loss scaler, "
-            "the forward pass stayed finite",
-        )
-    elif finding is not None and skipped:
-        finding.note.append(
-            f"{skipped} earlier step(s) overflowed only in backward (skipped by the dynamic loss scaler)"
-        )
+    finding = look.settled()
     if finding is not None and prefix:
         checked = "the loss finite in each" if replay.dynamic else "all finite"
         finding.note.append(f"steps 0-{prefix - 1} replayed compiled, without hooks ({checked})")
     return finding
+
+
+class _Look:
+    """What the hooks of one replayed step show, step after step, until a culprit is found.
+
+    The forward pass runs first, so a forward culprit wins over a backward one
+    in the same step. A step whose backward alone overflows is what a *dynamic*
+    loss scaler is for (it skips the step and lowers the scale): it is kept
+    as the fallback, and counted, unless no forward culprit follows.
+    """
+
+    def __init__(self, dynamic: bool) -> None:
+        self.dynamic = dynamic
+        self.finding: _Finding | None = None
+        self.fallback: _Finding | None = None
+        self.skipped = 0
+
+    def at(self, probe: CellProbe, index: int, finite: bool, bad_params: list[str]) -> bool:
+        """Judge step ``index``'s hooks; True once the culprit is found."""
+        forward = probe.first_nonfinite("forward")
+        if forward is not None:
+            # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
+            inside = replay_inside(forward)
+            self.finding = _Finding(
+                forward, index, [], inside=inside, step_forward=tuple(probe.forward_events())
+            )
+            return True
+        backward = _backward_culprit(probe, [] if finite else bad_params)
+        if backward is None:
+            return False
+        candidate = _Finding(backward[0], index, backward[1])
+        candidate.forward = probe.find(backward[0].name, "forward", backward[0].forward_call)
+        if not self.dynamic:
+            self.finding = candidate
+            return True
+        self.fallback = self.fallback or candidate
+        self.skipped += 1
+        return False
+
+    def settled(self) -> _Finding | None:
+        """The culprit, or the backward-only fallback, with what the skipped steps say in its note."""
+        finding = self.finding
+        if finding is None and self.fallback is not None:
+            finding = self.fallback
+            finding.note.insert(
+                0,
+                f"only backward overflows: {self.skipped} step(s) skipped by the dynamic loss scaler, "
+                "the forward pass stayed finite",
+            )
+        elif finding is not None and self.skipped:
+            finding.note.append(
+                f"{self.skipped} earlier step(s) overflowed only in backward (skipped by the dynamic loss scaler)"
+            )
+        return finding
 
 
 def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
@@ -246,12 +268,7 @@ def _departure(
     try:
         for index, batch in enumerate(policy.batches):
             if index in checks:
-                _copy_weights(policy.network, fp32.network)
-                for probe, replay in ((policy_probe, policy), (fp32_probe, fp32)):
-                    probe.start()
-                    replay.forward_only(batch)
-                    probe.stop()
-                found = _first_departure(policy_probe, fp32_probe, index)
+                found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
                 if found is not None:
                     return found
             if index >= checks[-1]:
@@ -263,6 +280,19 @@ def _departure(
         policy.close()
         fp32.close()
     return None
+
+
+def compare_at(
+    index: int, batch: tuple[Any, ...], policy: tuple[_Replay, CellProbe], fp32: tuple[_Replay, CellProbe]
+) -> tuple[_Finding, float] | None:
+    """Step ``index``'s forward pass by the policy and by its FP32 twin at the policy's weights: the
+    first Cell that departs, or None."""
+    _copy_weights(policy[0].network, fp32[0].network)
+    for replay, probe in (policy, fp32):
+        probe.start()
+        replay.forward_only(batch)
+        probe.stop()
+    return _first_departure(policy[1], fp32[1], index)
 
 
 def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[_Finding, float] | None:
@@ -317,39 +347,54 @@ def localize(
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:
-        if mode == "nonfinite":
-            limit = config.steps
-            if until_step is not None:
-                limit = min(limit, until_step + 1 + UNTIL_MARGIN)
-            finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)
-            if finding is None:
-                return _table([])
-            if config.amp_level == FP32_LEVEL:
-                # the trial is FP32: there is no other FP32 run to compare it with, and no float16
-                finding.note.append(FP32_ITSELF_NOTE)
-                finding.note.append(
-                    "step of the PyNative replay; the jitted run may go non-finite a step or so apart "
-                    "(fusion changes rounding in float32 too)"
-                )
-            else:
-                twin = fp32_twin(config, workload_ref, finding, graphs, start)
-                blame_upstream(finding, twin)
-                compare_with_fp32(finding, finding.forward, twin)
-                finding.note.append(
-                    "step of the PyNative replay; a jitted float16 run may go non-finite a few steps "
-                    "apart (fusion changes rounding)"
-                )
-            zero_fraction = finding.event.stats.zero_fraction
-        else:
-            limit = min(DEPARTURE_CHECKS[-1] + 1, config.steps)
-            found = _departure(config, workload_ref, limit, start)
-            if found is None:
-                return _table([])
-            finding, zero_fraction = found
-        finding.note.append(f"replayed on {device_target} in {time.perf_counter() - started:.1f} s")
-        return _table([_row(mode, finding, zero_fraction)])
+        if mode == "departure":
+            found = _departure(config, workload_ref, departure_limit(config), start)
+            return finished(mode, found, device_target, started)
+        limit = nonfinite_limit(config, until_step)
+        finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)
+        twin = None
+        if finding is not None and config.amp_level != FP32_LEVEL:
+            twin = fp32_twin(config, workload_ref, finding, graphs, start)
+        replayed = "the PyNative replay; the jitted run may go non-finite a few steps apart (fusion changes rounding)"
+        return finished(mode, judged(config, finding, twin, replayed), device_target, started)
     finally:
         _restore_mode(previous)
+
+
+def departure_limit(config: TrialConfig) -> int:
+    """The steps a departure replay runs: to the last of ``DEPARTURE_CHECKS`` that fits."""
+    return min(DEPARTURE_CHECKS[-1] + 1, config.steps)
+
+
+def nonfinite_limit(config: TrialConfig, until_step: int | None) -> int:
+    """The steps a non-finite replay may run: ``UNTIL_MARGIN`` past the jitted run's first non-finite step."""
+    return config.steps if until_step is None else min(config.steps, until_step + 1 + UNTIL_MARGIN)
+
+
+def judged(
+    config: TrialConfig, finding: _Finding | None, twin: CellProbe | None, replayed: str
+) -> tuple[_Finding, float] | None:
+    """A non-finite finding measured against its FP32 twin (none for an FP32 trial: it is FP32), with
+    its zero fraction. ``replayed`` says whose step ``replay_step`` is."""
+    if finding is None:
+        return None
+    if config.amp_level == FP32_LEVEL:
+        # the trial is FP32: there is no other FP32 run to compare it with, and no float16
+        finding.note.append(FP32_ITSELF_NOTE)
+    else:
+        blame_upstream(finding, twin)
+        compare_with_fp32(finding, finding.forward, twin)
+    finding.note.append(f"step of {replayed}")
+    return finding, finding.event.stats.zero_fraction
+
+
+def finished(mode: str, found: tuple[_Finding, float] | None, device_target: str, started: float) -> pa.Table:
+    """The anomalies table of one localization: its finding's row, or none."""
+    if found is None:
+        return _table([])
+    finding, zero_fraction = found
+    finding.note.append(f"replayed on {device_target} in {time.perf_counter() - started:.1f} s")
+    return _table([_row(mode, finding, zero_fraction)])
 
 
 __all__ = ["localize", "MODES", "FP32_ITSELF_NOTE", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]

@@ -19,6 +19,7 @@ from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
 from ..training._batches import batch_stream
+from ..training._data_parallel import RankGroup, shard_stream
 from ..training._snapshot import continue_scaler, snapshot_names
 from ..training._starts import start_key
 from ..training._step import CompiledStep, GraphCache, StateKey, make_scaler, scaler_state, training_state
@@ -54,16 +55,24 @@ class _Replay:
     Built exactly as ``run_trial`` builds a trial (seed, then the factory, then
     ``apply_amp`` on ``NetworkWithLoss``, then the optimizer over the cast
     network's parameters), so the weights and batches are the trial's own.
+    On a rank of a gang (``group``) its batches are that rank's part of each
+    global batch, as the trial's were.
     """
 
     def __init__(
-        self, config: TrialConfig, workload_ref: str, steps: int, start: Mapping[str, Any] | None = None
+        self,
+        config: TrialConfig,
+        workload_ref: str,
+        steps: int,
+        start: Mapping[str, Any] | None = None,
+        group: RankGroup | None = None,
     ) -> None:
         import mindspore as ms
         from mindspore.common import dtype as mstype
 
         from ..training._loss_cell import cast_for_trial
 
+        self.group = group
         workload = trial_workload(
             config, workload_ref, start
         )  # a forked trial's replay starts at its snapshot
@@ -92,7 +101,8 @@ class _Replay:
 
         self.config = config
         self.workload = workload
-        self.batches = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
+        stream = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
+        self.batches = stream if self.group is None else shard_stream(stream, self.group)
         self.probe: CellProbe | None = None
         self._compiled: Any = None
         self._clip = ms.Tensor(
@@ -181,14 +191,19 @@ class _Replay:
         """
         if steps <= 0:
             return None
+        self.load_start(compiled, start)
+        early = self.steps_on(compiled, steps)
+        if early is None:
+            compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
+        return early
+
+    def load_start(self, compiled: CompiledStep, start: StartState | None = None) -> None:
+        """Put the trial's starting values into ``compiled`` (``start``: as the worker keeps them, else
+        read from this replay's freshly built workload)."""
         if start is not None:
             compiled.load({**start, **scaler_state(self.config.loss_scale)})
         else:
             compiled.reset(self.config, self.workload)
-        early = self._steps_on(compiled, steps)
-        if early is None:
-            compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
-        return early
 
     def on_graph(self, compiled: CompiledStep, steps: int) -> int | None:
         """Run the next ``steps`` batches on the worker's compiled graph from this replay's state.
@@ -202,11 +217,11 @@ class _Replay:
             return None
         state = training_state(self.loss_cell, self.optimizer, self.scaler)
         compiled.load({key: param.asnumpy() for key, param in state.items()})
-        early = self._steps_on(compiled, steps)
+        early = self.steps_on(compiled, steps)
         compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
         return early
 
-    def _steps_on(self, compiled: CompiledStep, steps: int) -> int | None:
+    def steps_on(self, compiled: CompiledStep, steps: int) -> int | None:
         """The next ``steps`` batches on ``compiled`` (its lean vector is loss, norm, finite, scale)."""
         clip = compiled.clip_tensor(self.config.clip)
         return self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
@@ -238,29 +253,43 @@ class _Replay:
         whose gradient was not (used only when no Cell hook caught the inf).
         """
         from mindspore import ops
-        from mindspore.common import dtype as mstype
 
-        loss, grads = self._grad_fn(*batch)
-        if self.scaler is not None:
-            loss = self.scaler.unscale(loss)
-            grads = self.scaler.unscale(grads)
-        flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-        norm = ops.sqrt(ops.reduce_sum(flat * flat))
-        finite = bool(ops.isfinite(flat).all().asnumpy())
-        bad = (
-            []
-            if finite
-            else [p.name for p, g in zip(self.params, grads) if not np.isfinite(g.asnumpy()).all()]
-        )
+        grads, norm, all_finite, bad = self._gradients(batch)
+        finite = bool(all_finite.asnumpy())
         factor = ops.select(norm > self._clip, self._clip / (norm + _EPS), self._one)
         clipped = tuple(g * factor.astype(g.dtype) for g in grads)
         if self.scaler is not None:
             if finite:
                 self.optimizer(clipped)
-            self.scaler.adjust(ops.isfinite(flat).all())
+            self.scaler.adjust(all_finite)
         else:
             self.optimizer(clipped)
         return finite, bad
+
+    def look(self, batch: tuple[Any, ...]) -> tuple[bool, list[str]]:
+        """``step`` without its update: this rank's forward and backward, which on a gang are its own
+        (the reduction comes after them), for the hooks to see."""
+        _, _, finite, bad = self._gradients(batch)
+        return bool(finite.asnumpy()), bad
+
+    def _gradients(self, batch: tuple[Any, ...]) -> tuple[Any, Any, Any, list[str]]:
+        """The unscaled gradients of one batch, their global norm, whether all are finite (a Tensor), and
+        the parameters whose gradient is not."""
+        from mindspore import ops
+        from mindspore.common import dtype as mstype
+
+        _, grads = self._grad_fn(*batch)
+        if self.scaler is not None:
+            grads = self.scaler.unscale(grads)
+        flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
+        norm = ops.sqrt(ops.reduce_sum(flat * flat))
+        finite = ops.isfinite(flat).all()
+        bad = (
+            []
+            if finite.asnumpy()
+            else [p.name for p, g in zip(self.params, grads) if not np.isfinite(g.asnumpy()).all()]
+        )
+        return grads, norm, finite, bad
 
     def forward_only(self, batch: tuple[Any, ...]) -> None:
         self.loss_cell(*batch)

@@ -30,7 +30,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampsweep.jobs import DeviceSetup, TrialConfig, TrialResult, TrialWorker
+from ampsweep.jobs import DeviceSetup, RankAnswer, TrialConfig, TrialResult, TrialWorker, merge_ranks
 
 from ._actors import Completion
 
@@ -372,21 +372,25 @@ def answer_of(done: Future[Any]) -> tuple[Future[Any], bool]:
     return answer, apart
 
 
-def _part_failed(answer: tuple[TrialResult | None, str]) -> bool:
-    return answer[0] is not None and bool(answer[0].error)
+def _part_failed(answer: RankAnswer) -> bool:
+    return answer.result is not None and bool(answer.result.error)
 
 
-def trial_answer(answers: list[tuple[TrialResult | None, str] | None]) -> tuple[TrialResult, bool]:
-    """A trial's result from its ranks' ``(result, checksum)`` answers (None: a rank that never
-    answered), and whether its ranks ended it apart, so that the gang must be formed again.
+def trial_answer(answers: list[RankAnswer | None]) -> tuple[TrialResult, bool]:
+    """A trial's result from its ranks' answers (None: a rank that never answered), and whether its
+    ranks ended it apart, so that the gang must be formed again.
 
     The result is rank 0's, failed when another rank's part failed or the ranks
     ended with different parameters. Ranks that all failed at the same step ran
     the same collectives and stay in step; one that failed while another went on
     (or waits for it) leaves the next trial's collectives paired with this one's.
+    Its anomalies are the ranks' findings merged: the Cell that broke first, on
+    the rank whose part it broke on.
     """
     failed = [
-        (rank, a[0]) for rank, a in enumerate(answers) if a is not None and a[0] is not None and a[0].error
+        (rank, a.result)
+        for rank, a in enumerate(answers)
+        if a is not None and a.result is not None and a.result.error
     ]
     if failed:
         apart = len(failed) < len(answers) or len({result.steps_run for _, result in failed}) > 1
@@ -395,14 +399,14 @@ def trial_answer(answers: list[tuple[TrialResult | None, str] | None]) -> tuple[
             return first, apart
         reason = f"rank {rank} of {len(answers)} failed: {first.error}"
         return TrialResult.failure(first.config, reason, first.placement, wall_s=first.wall_s), apart
-    result = answers[0][0] if answers[0] is not None else None
+    result = answers[0].result if answers[0] is not None else None
     if result is None:
         raise GangLost("no rank returned the trial's result")
-    checksums = [a[1] for a in answers if a is not None]
+    checksums = [a.checksum for a in answers if a is not None]
     apart_reason = differing_ranks(checksums) if all(checksums) else None
     if apart_reason is not None:
-        result = TrialResult.failure(result.config, apart_reason, result.placement, wall_s=result.wall_s)
-    return result, False
+        return TrialResult.failure(result.config, apart_reason, result.placement, wall_s=result.wall_s), False
+    return replace(result, anomalies=merge_ranks([a.anomalies for a in answers if a is not None])), False
 
 
 __all__ = [

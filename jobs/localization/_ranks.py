@@ -1,0 +1,216 @@
+"""Localization on a gang: every rank looks at the broken step on its own part of the global batch.
+
+In data parallel each rank's forward and backward run on its own rows; the
+only collective is the gradient reduction, after the backward, and the
+parameters at a step are the same on every rank. So each rank hooks its own
+forward and backward at the broken step (``_Replay.look``: up to the
+reduction, no collective under the hooks), from the trial's own start. A
+failure that starts in rank 1's rows is invisible to rank 0's forward: the
+averaged gradients are non-finite on every rank, but only rank 1's part
+names the Cell.
+
+The steps before the broken one, and the update after each looked-at step,
+run on the trial's own compiled graph, which reduces across the ranks as the
+trial did, so its parameters are the trial's bit for bit. Every rank must run
+as many of them as the others (a rank left out would wait in the reduction):
+whether to go on is read from the reduced loss and gradient norm, the same on
+every rank, never from a rank's own finding. The driver merges the ranks'
+findings into the first (step, rank) (``jobs.localization._diagnose.merge_ranks``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ampsweep.contracts import FP32_LEVEL
+
+from .._config import TrialConfig
+from ..training._data_parallel import RankGroup
+from ..training._starts import start_key
+from ._fp32_twin import graph_for, hooked_twin_step
+from ._hooks import CellProbe
+from ._localize import (
+    DEPARTURE_CHECKS,
+    _Look,
+    compare_at,
+    departure_limit,
+    finished,
+    judged,
+    nonfinite_limit,
+)
+from ._replay import _ensure_pynative, _Finding, _fp32, _Replay, _restore_mode
+
+if TYPE_CHECKING:
+    from ..training._step import CompiledStep, GraphCache
+
+#: whose step a gang's ``replay_step`` is: the trial's own, looked at on one rank's part
+ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
+
+
+def localize_on_ranks(
+    config: TrialConfig,
+    workload_ref: str,
+    group: RankGroup,
+    *,
+    mode: str,
+    device_target: str = "CPU",
+    until_step: int | None = None,
+    graphs: GraphCache | None = None,
+    start: Mapping[str, Any] | None = None,
+) -> pa.Table:
+    """``localize`` on one rank of a gang, called on every rank at once: this rank's finding, 0 or 1 rows.
+
+    Every rank runs the same compiled steps (see the module docstring); a rank
+    whose part stayed finite returns no row but ran its share of them.
+    """
+    started = time.perf_counter()
+    previous = _ensure_pynative()
+    try:
+        compiled = graph_for(config, workload_ref, graphs, start)
+        if compiled is None:
+            return finished(mode, None, device_target, started)
+        if mode == "departure":
+            found = _departure(config, workload_ref, compiled, graphs, start, group)
+            return finished(mode, found, device_target, started)
+        limit = nonfinite_limit(config, until_step)
+        finding, last = _nonfinite(config, workload_ref, compiled, limit, until_step, graphs, start, group)
+        twin = None
+        if config.amp_level != FP32_LEVEL and last >= 0:  # every rank runs the twin's steps, in step
+            twin = _fp32_twin(config, workload_ref, finding, last, graphs, start, group)
+        return finished(mode, judged(config, finding, twin, ON_RANKS), device_target, started)
+    finally:
+        _restore_mode(previous)
+
+
+def _starting(replay: _Replay, compiled: CompiledStep, graphs: GraphCache | None, workload_ref: str) -> None:
+    """Load the trial's starting values into its graph: as the worker keeps them, else freshly built."""
+    known = graphs.starts.get(start_key(replay.config, workload_ref)) if graphs is not None else None
+    replay.load_start(compiled, known.state if known is not None else None)
+
+
+def _went_on(replay: _Replay, compiled: CompiledStep, batch: tuple[Any, ...]) -> bool:
+    """One compiled step (the update, with the ranks' reduction) on ``batch``; False where it broke (the
+    reduced loss or gradients, so the same answer on every rank)."""
+    loss, _, finite, _ = compiled(compiled.clip_tensor(replay.config.clip), batch).asnumpy()
+    return bool(np.isfinite(loss)) and (finite > 0.5 or replay.dynamic)
+
+
+def _nonfinite(
+    config: TrialConfig,
+    workload_ref: str,
+    compiled: CompiledStep,
+    limit: int,
+    until_step: int | None,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> tuple[_Finding | None, int]:
+    """This rank's culprit from the trial's first broken step on, and the last step looked at (the same
+    on every rank; -1: none)."""
+    first = 0 if until_step is None else max(0, min(until_step, limit))
+    replay = _Replay(config, workload_ref, limit, start, group)
+    _starting(replay, compiled, graphs, workload_ref)
+    early = replay.steps_on(compiled, first)
+    if early is not None:  # the graph broke before the trial did: look from that step, from the start again
+        replay.restart(config, workload_ref, limit, start)
+        _starting(replay, compiled, graphs, workload_ref)
+        replay.steps_on(compiled, early)
+        first = early
+    probe = replay.attach(CellProbe(backward=True))
+    look = _Look(replay.dynamic)
+    last = -1
+    try:
+        for index, batch in enumerate(replay.batches, start=first):
+            last = index
+            if look.finding is None:
+                compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+                probe.start()
+                finite, bad_params = replay.look(batch)
+                probe.stop()
+                look.at(probe, index, finite, bad_params)
+            if not _went_on(replay, compiled, batch):
+                break
+    finally:
+        replay.close()
+    finding = look.settled()
+    if finding is not None and first:
+        finding.note.append(f"steps 0-{first - 1} ran on the trial's compiled graph, all ranks together")
+    return finding, last
+
+
+def _fp32_twin(
+    config: TrialConfig,
+    workload_ref: str,
+    finding: _Finding | None,
+    last: int,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> CellProbe | None:
+    """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
+    part hooked at its finding's step. None: no finding here, or FP32 broke first."""
+    fp32 = _fp32(config)
+    compiled = graph_for(fp32, workload_ref, graphs, start)
+    if compiled is None:
+        return None
+    at = last if finding is None else finding.step
+    replay = _Replay(fp32, workload_ref, last + 1, start, group)
+    try:
+        _starting(replay, compiled, graphs, workload_ref)
+        if replay.steps_on(compiled, at) is not None:
+            return None  # FP32 itself went non-finite before that step (on every rank)
+        if at == last:
+            return None if finding is None else _twin_at(replay, compiled, next(replay.batches), finding)
+        batch = next(replay.batches)
+        twin = _twin_at(replay, compiled, batch, finding) if finding is not None else None
+        if _went_on(replay, compiled, batch):
+            replay.steps_on(compiled, last - at - 1)
+        return twin
+    finally:
+        replay.close()
+
+
+def _twin_at(replay: _Replay, compiled: CompiledStep, batch: tuple[Any, ...], finding: _Finding) -> CellProbe:
+    compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+    return hooked_twin_step(replay, batch, finding)
+
+
+def _departure(
+    config: TrialConfig,
+    workload_ref: str,
+    compiled: CompiledStep,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> tuple[_Finding, float] | None:
+    """``_departure`` on a gang: the policy trains on its compiled graph (the ranks' reduction included)
+    and, at each check step, this rank's part runs forward by the policy and by its FP32 twin."""
+    limit = departure_limit(config)
+    checks = [s for s in DEPARTURE_CHECKS if s < limit]
+    if not checks:
+        return None
+    policy = _Replay(config, workload_ref, limit, start, group)
+    fp32 = _Replay(_fp32(config), workload_ref, 0, start, group)
+    policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
+    fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
+    found: tuple[_Finding, float] | None = None
+    try:
+        _starting(policy, compiled, graphs, workload_ref)
+        for index, batch in enumerate(policy.batches):
+            if index in checks and found is None:
+                compiled.copy_state_into(policy.loss_cell, policy.optimizer, policy.scaler)
+                found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
+            if index >= checks[-1] or not (_went_on(policy, compiled, batch) or policy.scaler is not None):
+                break
+    finally:
+        policy.close()
+        fp32.close()
+    return found
+
+
+__all__ = ["localize_on_ranks"]
