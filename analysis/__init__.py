@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         SweepAnalysis,
     )
     from ._public import Analysis, analyze, top_configs
+    from ._tensorboard import Exported, export_tensorboard
     from ._writer import write_report
     from .compute._criteria import CRITERIA, TIE_RULE
     from .compute._load import load_trials
@@ -78,6 +79,8 @@ _OWNERS: dict[str, tuple[str, str]] = {
     "render_terminal": (".render._terminal", "render_terminal"),
     "terminal_table": (".render._terminal", "terminal_table"),
     "write_report": ("._writer", "write_report"),
+    "Exported": ("._tensorboard", "Exported"),
+    "export_tensorboard": ("._tensorboard", "export_tensorboard"),
 }
 
 
@@ -102,6 +105,7 @@ __all__ = [
     "RECOMMENDATION_SCHEMA",
     "TIE_RULE",
     "Analysis",
+    "Exported",
     "FigureData",
     "Fp32Reference",
     "KindAnalysis",
@@ -109,6 +113,7 @@ __all__ = [
     "Recommendation",
     "SweepAnalysis",
     "analyze",
+    "export_tensorboard",
     "load_trials",
     "ranking_csv",
     "recommendation_json",

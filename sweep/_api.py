@@ -17,6 +17,7 @@ import yaml
 
 from ._config import FailurePolicy, RunConfig
 from ._result import SweepResult
+from ._tensorboard import exporting
 from .cluster._launcher import run_sweep
 from .cluster._pool import WorkerPool
 from .planning._plan import SweepPlan
@@ -66,18 +67,20 @@ class Sweep:
             return self._run_on(pool, str(out), config)
 
     def _run_on(self, pool: WorkerPool, out: str, config: RunConfig) -> SweepResult:
-        """``run`` on actors the caller may have started (and closes); ``config`` is ``completed``."""
-        if self.spec.search == "adaptive":
-            search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), out)
-            run_rounds(search, pool, config, search.store.snapshot_folder)
-            return search.totals
-        plan = self.plan()
-        result = run_sweep(plan, self.resolved_yaml(), out, config, pool=pool)
-        if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
-            profile = result.profile.as_json() if result.profile is not None else None
-            check = HorizonCheck(self.spec, plan, self.resolved_yaml(), out, profile, result)
-            run_rounds(check, pool, config, check.store.snapshot_folder)
-        return result
+        """``run`` on actors the caller may have started (and closes); ``config`` is ``completed``; with
+        ``config.tensorboard``, every trial it commits is exported there before it returns."""
+        with exporting(f"{out.rstrip('/')}/{self.name}", config.tensorboard):
+            if self.spec.search == "adaptive":
+                search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), out)
+                run_rounds(search, pool, config, search.store.snapshot_folder)
+                return search.totals
+            plan = self.plan()
+            result = run_sweep(plan, self.resolved_yaml(), out, config, pool=pool)
+            if self.spec.horizon is not None and plan.trials and any(t.save_snapshot for t in plan.trials):
+                profile = result.profile.as_json() if result.profile is not None else None
+                check = HorizonCheck(self.spec, plan, self.resolved_yaml(), out, profile, result)
+                run_rounds(check, pool, config, check.store.snapshot_folder)
+            return result
 
 
 def completed(spec: SweepSpec, config: RunConfig) -> RunConfig:

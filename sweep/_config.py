@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import SpecError
+from ._tensorboard import check_writer
 from .devices import DEVICE_KINDS
 
 
@@ -56,6 +57,9 @@ class RunConfig:
     #: is localized by replaying it. False trades both for the device's faster nondeterministic
     #: kernels: every trial trains and nothing is replayed. CPU reruns are always bit-identical.
     deterministic: bool = True
+    #: also write each committed trial as a TensorBoard run under this folder, while the sweep runs
+    #: (``ampsweep export --tensorboard``'s runs; needs the ``tensorboard`` extra)
+    tensorboard: str | None = None
 
     def __post_init__(self) -> None:
         if self.workers is not None and (
@@ -66,3 +70,4 @@ class RunConfig:
             raise SpecError("devices", self.devices, f"allowed: auto, {', '.join(DEVICE_KINDS)}")
         if self.compute_on not in (None, "cpu"):
             raise SpecError("compute_on", self.compute_on, "allowed: cpu, or None")
+        check_writer(self.tensorboard)

@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run every trial even when the first ones (the FP32 baseline among them) all fail alike",
     )
     run.add_argument("--top", type=_positive_int, default=8, help="ranking rows to print")
+    run.add_argument("--tensorboard", metavar="LOGDIR", help="also export each trial there as it commits")
 
     pull = sub.add_parser("pull", help="copy a sweep's committed trials here, incrementally")
     pull.add_argument(
@@ -82,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument(
         "sweep_dir", help="a sweep folder OUT/<name>: local path, pulled copy or pyarrow.fs URI"
     )
+
+    export = sub.add_parser(
+        "export", help="write a sweep's committed trials as TensorBoard runs, incrementally"
+    )
+    export.add_argument(
+        "sweep_dir", help="a sweep folder OUT/<name>: local path, pulled copy or pyarrow.fs URI"
+    )
+    export.add_argument("--tensorboard", metavar="LOGDIR", required=True, help="TensorBoard's --logdir")
 
     profile = sub.add_parser(
         "profile", help="one FP32 run with hooks: each Cell's float16 risk and a loss scale"
@@ -210,6 +219,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         keep_going=args.keep_going,
         # the report's FP32 profile, run by the first worker the trials leave idle
         profile="://" not in args.out,
+        tensorboard=args.tensorboard,
     )
     try:
         sweep, pool = _checked_beside_ray(args.spec, args.out, config)
@@ -316,6 +326,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ampsweep.analysis import export_tensorboard
+    from ampsweep.analysis.compute._load import resolve
+
+    from ._tensorboard import check_writer
+
+    check_writer(args.tensorboard)
+    if not resolve(args.sweep_dir).is_dir("trials"):
+        raise SpecError("sweep_dir", args.sweep_dir, "a sweep folder OUT/<name> with a trials/ folder")
+    done = export_tensorboard(args.sweep_dir, args.tensorboard)
+    print(f"exported {done.written} new trials to {done.folder} ({done.already} were already there)")
+    return 0
+
+
 def _cmd_profile(args: argparse.Namespace) -> int:
     from ._profile_cmd import as_json_line, profile_sweep, render
 
@@ -349,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": _cmd_status,
         "report": _cmd_report,
         "profile": _cmd_profile,
+        "export": _cmd_export,
     }
     # SIGTERM (a scheduler, `kill`) stops a run like Ctrl-C: committed trials stay, resume line printed
     signal.signal(signal.SIGTERM, _raise_interrupt)

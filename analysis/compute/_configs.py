@@ -41,7 +41,7 @@ from ampsweep.contracts import (
 from ._anomalies import localizations
 from ._load import configurations
 
-__all__ = ["config_scores", "first_line", "not_applicable", "varying"]
+__all__ = ["as_run", "config_scores", "first_line", "not_applicable", "varying"]
 
 #: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
 LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
@@ -59,19 +59,22 @@ SPREAD_FIGURES = {
 _MAY_VARY = ("dtype", "loss_placement", "device_kind")
 
 
+def as_run(config: Configuration) -> str:
+    """'as run: float16, black list CustomNorm, loss inside': what an O0 name leaves out, for O0 rows
+    that would otherwise share one name."""
+    return (
+        f"as run: {config.dtype}, black list {black_list_value(config.black_list)}, "
+        f"{loss_placement_name(config.loss_placement)}"
+    )
+
+
 def _unique_ids(configs: list[Configuration]) -> list[str]:
     """Each configuration's id. O0 rows that differ only in what O0 ignores (black list, dtype, loss
     placement) share a name; where the planner found no equivalent to fold such a row into, its id also
     says what it ran with."""
     ids = [c.id for c in configs]
     shared = {i for i, n in Counter(ids).items() if n > 1}
-    return [
-        f"{i}{NAME_SEPARATOR}as run: {c.dtype}, black list {black_list_value(c.black_list)}, "
-        f"{loss_placement_name(c.loss_placement)}"
-        if i in shared
-        else i
-        for i, c in zip(ids, configs)
-    ]
+    return [f"{i}{NAME_SEPARATOR}{as_run(c)}" if i in shared else i for i, c in zip(ids, configs)]
 
 
 def varying(ranking: pd.DataFrame) -> frozenset[str]:
