@@ -136,6 +136,11 @@ class Localization:
     finite: bool | None = None
     #: the localization in one sentence (``analysis.compute._anomalies.localization_phrase``)
     text: str = ""
+    #: on a gang: the rank whose part of the global batch broke first, how many ranks' parts broke at
+    #: that step, and the ranks (devices per trial); None, None, 1 on one device
+    rank: int | None = None
+    ranks_broken: int | None = None
+    devices: int = 1
 
 
 @dataclass(frozen=True)

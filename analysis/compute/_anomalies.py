@@ -61,10 +61,18 @@ def _flag(value: object) -> bool | None:
     return None if value is None or pd.isna(value) else bool(value)
 
 
-def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str = "") -> list[Localization]:
+def _int(value: object) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)  # type: ignore[call-overload]
+
+
+def localizations(
+    rows: pd.DataFrame, seeds: dict[str, object], config_id: str = "", devices: int = 1
+) -> list[Localization]:
     """Fold one configuration's anomaly rows: one :class:`Localization` per agreeing group.
 
-    ``seeds`` maps trial id to seed. Groups with more seeds come first.
+    ``seeds`` maps trial id to seed; ``devices``: the devices each trial ran on
+    (a gang's rank is named only above 1). Groups with more seeds come first;
+    in a group, the rank is its earliest row's.
     """
     if rows.empty:
         return []
@@ -94,6 +102,9 @@ def localizations(rows: pd.DataFrame, seeds: dict[str, object], config_id: str =
                 input_max_abs=_median(group["input_max_abs"]) if "input_max_abs" in group else None,
                 inner_max_abs=_median(group["inner_max_abs"]) if "inner_max_abs" in group else None,
                 finite=_flag(group["finite"].iloc[0]) if "finite" in group else None,
+                rank=_int(group["rank"].iloc[0]) if "rank" in group else None,
+                ranks_broken=_int(group["ranks_broken"].iloc[0]) if "ranks_broken" in group else None,
+                devices=devices,
             )
         )
     out = [replace(loc, text=localization_phrase(loc)) for loc in out]
@@ -248,7 +259,21 @@ def localization_phrase(loc: Localization) -> str:
         )
         if in_fp32(loc):
             evidence = f"non-finite in {_dtype(loc.output_dtype)} (FP32 itself), {evidence}"
-    return f"{head}, {evidence}, {_seeds(loc.seeds)}"
+    ranks = rank_phrase(loc)
+    return f"{head}, {evidence}, {_seeds(loc.seeds)}" + (f" ({ranks})" if ranks else "")
+
+
+def rank_phrase(loc: Localization) -> str:
+    """'on rank 1 of 2; rank 0's part stayed finite': where a gang's trial broke ('' on one device)."""
+    if loc.devices <= 1 or loc.rank is None:
+        return ""
+    text = f"on rank {loc.rank} of {loc.devices}"
+    broken = loc.ranks_broken or 1
+    if broken >= loc.devices:
+        return f"{text}; every rank's part broke at that step"
+    if loc.devices == 2:
+        return f"{text}; rank {1 - loc.rank}'s part stayed finite"
+    return f"{text}; {loc.devices - broken} of the {loc.devices} ranks' parts stayed finite"
 
 
 def localizations_phrase(locs: list[Localization]) -> str:

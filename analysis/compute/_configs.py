@@ -271,11 +271,15 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["first_nonfinite_step_median"] = _nanmedian(num["first_nonfinite"][bad]) if len(bad) else np.nan
         failed = idx[out == "failed"]
         row["error"] = _first_error(errors.iloc[failed]) if len(failed) else ""
+        # the devices each trial ran on (``devices_per_trial``; 1 before the column) and the global batch
+        row["devices"] = _largest(ranked, idx, "devices") or 1
+        row["global_batch"] = _largest(ranked, idx, "global_batch")
         rows_here = [by_trial[t] for t in trial_ids[idx] if t in by_trial]
         row["localizations"] = localizations(
             pd.concat(rows_here, ignore_index=True) if rows_here else pd.DataFrame(),
             dict(zip(trial_ids[idx], seeds[idx])),
             row["config_id"],
+            int(row["devices"]),
         )
         row["per_seed"] = {f: _per_seed(num[f][idx], seeds[idx]) for f in PER_SEED_FIGURES}
         for figure, name in SPREAD_FIGURES.items():
@@ -293,9 +297,6 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["n_black_listed"] = len(row["black_list"])
         row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
         row["args_preference"] = ranked["args_preference"].iat[idx[0]] if "args_preference" in ranked else ""
-        # the devices each trial ran on (``devices_per_trial``; 1 before the column) and the global batch
-        row["devices"] = _largest(ranked, idx, "devices") or 1
-        row["global_batch"] = _largest(ranked, idx, "global_batch")
         row["loss_inside"] = int(row.get("loss_placement") == "inside")
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])

@@ -251,22 +251,9 @@ def fp32_break(ranking: pd.DataFrame, scores: pd.DataFrame) -> Fp32Break | None:
     )
 
 
-def _not_replayed(ranking: pd.DataFrame) -> list[str]:
-    """Why a broken configuration on several devices names no Cell: a trial on a gang is not replayed."""
-    broken = ranking[ranking["tier"].isin((cls.TIER_UNSTABLE, cls.TIER_SILENT)) & (ranking["devices"] > 1)]
-    if broken.empty or any(bool(r) for r in broken["localizations"]):
-        return []
-    devices = int(broken["devices"].max())
-    return [
-        f"which Cell broke: a trial on {devices} devices is not replayed to localize it (the replay would "
-        "have to repeat every rank's collectives, and one device alone does not compute what the gang "
-        "did); run the broken configuration with `devices_per_trial: 1` on the same global batch to name it"
-    ]
-
-
 def _dimension_gaps(ranking: pd.DataFrame, scores: pd.DataFrame, best: pd.Series | None) -> list[str]:
     """Choices the grid did not vary on this device kind."""
-    notes = _not_replayed(ranking) if "devices" in ranking.columns else []
+    notes: list[str] = []
     mp = ranking[~ranking["baseline"]]
     levels = sorted(set(mp["amp_level"]))
     if len(levels) == 1:

@@ -49,6 +49,7 @@ from ..compute._anomalies import (
     inner_sentence,
     lost_precision,
     overflowed_inside,
+    rank_phrase,
     seed_list,
 )
 from ._held import held_line
@@ -81,8 +82,9 @@ def _who(loc: Localization) -> str:
 
 
 def _where(loc: Localization) -> str:
+    ranks = rank_phrase(loc)
     step = "" if loc.replay_step is None else f"step ~{loc.replay_step:,.0f}, "
-    return f"; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seed_list(loc.seeds)}"
+    return f"{', ' + ranks if ranks else ''}; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seed_list(loc.seeds)}"
 
 
 def what_happened(loc: Localization) -> str:
