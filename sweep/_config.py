@@ -7,12 +7,25 @@ Constructors validate, quoting the bad value, so a typo fails before Ray starts.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import SpecError
-from ._tensorboard import check_writer
+from ._errors import SpecError, SpecFailed
 from .devices import DEVICE_KINDS
+
+
+def check_writer(logdir: str | None) -> None:
+    """A usage error when TensorBoard runs are asked for (``--tensorboard``) without the extra that writes them.
+
+    Found, not imported: its protobuf must not load into a driver before MindSpore does.
+    """
+    if logdir is not None and importlib.util.find_spec("tensorboardX") is None:
+        raise SpecFailed(
+            "--tensorboard",
+            logdir,
+            "needs tensorboardX, which is not installed: pip install 'ampsweep[tensorboard]'",
+        )
 
 
 @dataclass(frozen=True)

@@ -9,26 +9,13 @@ for MindSpore's (2.7 needs the pure-Python one).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ._errors import SpecFailed
 from .cluster._ray_start import _CHOSEN_PROTOBUF, PROTOBUF_ENV
-
-EXTRA = "pip install 'ampsweep[tensorboard]'"
-
-
-def check_writer(logdir: str | None) -> None:
-    """A usage error (exit code 2) when TensorBoard files are asked for and tensorboardX is missing.
-
-    Found, not imported: its protobuf must not load into a driver before MindSpore does.
-    """
-    if logdir is not None and importlib.util.find_spec("tensorboardX") is None:
-        raise SpecFailed("--tensorboard", logdir, f"needs tensorboardX, which is not installed: {EXTRA}")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ampsweep import __version__
 
 from ._api import Sweep, completed
-from ._config import RunConfig
+from ._config import RunConfig, check_writer
 from ._errors import OutOfSpace, SpecError, SweepStopped, is_out_of_space
 from ._result import SweepResult
 from .cluster._launcher import cluster_address
@@ -329,8 +329,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from ampsweep.analysis import export_tensorboard
     from ampsweep.analysis.compute._load import resolve
-
-    from ._tensorboard import check_writer
 
     check_writer(args.tensorboard)
     if not resolve(args.sweep_dir).is_dir("trials"):

@@ -119,6 +119,13 @@ EXPECTED: dict[str, list[str]] = {
         "**Watch's own time per step:",
         "**NaN to spec:",
     ],
+    "bench_tensorboard": [
+        "## TensorBoard: export, and the live export's cost to the driver (bench_tensorboard)",
+        "| **first export** |",
+        "| runs in LOGDIR | 20 |",
+        "| steps of the first run, read back by TensorBoard's `EventAccumulator` | 50 |",
+        "**With / without the live export:**",
+    ],
     "bench_vs_tune": [
         "## Against Ray Tune (bench_vs_tune)",
         "End-to-end wall time",
@@ -175,6 +182,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         "bench_forecast",
         "bench_watch",
         "bench_analysis",
+        "bench_tensorboard",
         "bench_gang",
     ]
     futures = {
