@@ -1,21 +1,18 @@
 """A sweep folder as TensorBoard runs, from its Parquet tables alone (``ampsweep export --tensorboard``).
 
-One run per committed trial, ``LOGDIR/<sweep>/<configuration's name> · seed <n>`` (an O0 copy also says
-what it ran with, :func:`~analysis.compute._configs.as_run`): every number of its steps table as a
-scalar per step; its configuration as HParams, with the report's scores of it (:func:`analyze`) as the
-HParams' metrics; its localized Cell as text; and in the runs of a recommended configuration, the
-recommendation as text.
-
-Incremental and idempotent: ``ampsweep-export.json`` beside the runs lists the trials exported. A
-trial's events go to a temporary file renamed to a name the trial fixes, so a trial written again (an
-export stopped before it saved the list) replaces its own file: a step is never there twice. The events
-are encoded by tensorboardX (the ``tensorboard`` extra), imported on use: ``ampsweep run`` never loads it
-(nor its protobuf) into a driver that imports MindSpore.
+One run per committed trial, ``LOGDIR/<sweep>/<configuration's name> · seed <n>``: its steps table per
+step, its configuration as HParams with the report's scores (:func:`analyze`) as their metrics, its
+localized Cell and (in a recommended configuration's runs) the recommendation as text. Incremental and
+idempotent: ``ampsweep-export.json`` lists the trials exported, and a trial's events are renamed into place
+under a name the trial fixes, so writing it again (after an export stopped halfway) never adds a step twice.
+tensorboardX (the ``tensorboard`` extra) encodes the events, imported on use, never into ``ampsweep run``'s
+driver (its protobuf must not load before MindSpore's).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import select
 import sys
 import time
@@ -100,10 +97,12 @@ def export_tensorboard(sweep_dir: str | Path, logdir: str | Path) -> Exported:
         _write_events(folder / name, f"{_epoch(row['started_at']):010d}.ampsweep.{trial_id}", events)
         runs[trial_id] = name
         taken.add(name)
+    from tensorboardX.summary import text
+
     stamp = max([_epoch(t) for t in scores["finished_at"]], default=0)
     for kind in result.kinds:
         best, recommendation = kind.recommended, kind.recommendation
-        words = _summaries("recommendation", "\n\n".join(recommendation.answer or (recommendation.headline,)))
+        words = [text("recommendation", "\n\n".join(recommendation.answer or (recommendation.headline,)))]
         for trial_id in [] if best is None else str(best["trial_ids"]).split():
             suffix = f"{stamp:010d}.ampsweep.recommendation-{len(scores)}"
             _write_events(folder / runs[trial_id], suffix, _events(len(scores), stamp, words))
@@ -114,9 +113,8 @@ def export_tensorboard(sweep_dir: str | Path, logdir: str | Path) -> Exported:
 def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Table, cell: str | None) -> list:
     """One trial's events: its HParams, a scalar per number of its steps table per step, its scores at
     its last step, and its localized Cell."""
-    from tensorboardX.summary import Summary, hparams
+    from tensorboardX.summary import Summary, hparams, text
 
-    devices = row["devices"]
     values = {
         "amp_level": config.amp_level,
         "black_list": black_list_value(config.black_list),
@@ -125,7 +123,7 @@ def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Tabl
         "dtype": config.dtype,
         "loss_placement": config.loss_placement,
         **{arg_column(name): value for name, value in config.workload_args},
-        "devices": 1 if pd.isna(devices) else int(devices),
+        "devices": 1 if pd.isna(row["devices"]) else int(row["devices"]),
         "seed": int(row["seed"]),
         "trial_id": row["trial_id"],
         "outcome": row["outcome"],
@@ -133,12 +131,8 @@ def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Tabl
     }
     start = _epoch(row["started_at"]) or _epoch(row["finished_at"])
     events = _events(0, start, hparams(values, dict.fromkeys(METRICS.values(), 0.0)))
-    numbers = [
-        name
-        for name, kind in zip(table.column_names, table.schema.types)
-        if name != "step"
-        and (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind))
-    ]
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
+    numbers = [f.name for f in table.schema if f.name != "step" and any(is_(f.type) for is_ in numeric)]
     rows = np.column_stack(
         [table.column(n).cast(pa.float64()).to_numpy(zero_copy_only=False) for n in numbers]
     )
@@ -151,13 +145,7 @@ def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Tabl
     scores = {tag: source[column] for column, tag in METRICS.items()}
     finite = [Summary.Value(tag=t, simple_value=float(v)) for t, v in scores.items() if pd.notna(v)]
     events += _events(last, walls[-1] if len(walls) else start, [Summary(value=finite)])
-    return events + (_events(last, start, _summaries("localized_cell", cell)) if cell else [])
-
-
-def _summaries(tag: str, words: str) -> list:
-    from tensorboardX.summary import text
-
-    return [text(tag, words)]
+    return events + (_events(last, start, [text("localized_cell", cell)]) if cell else [])
 
 
 def _events(step: int, wall: float, summaries: Any) -> list:
@@ -193,6 +181,7 @@ def _epoch(stamp: Any) -> int:
 def follow(sweep_dir: str, logdir: str) -> None:
     """Export ``sweep_dir`` again and again until standard input closes (the driver's sweep is over), then
     once more: ``ampsweep run --tensorboard``'s exporter, a process of its own beside the driver."""
+    os.nice(10)  # background work: the driver and the trials come first where they share the cores
     while True:
         started = time.monotonic()
         export_tensorboard(sweep_dir, logdir)

@@ -16,16 +16,11 @@ from .devices import DEVICE_KINDS
 
 
 def check_writer(logdir: str | None) -> None:
-    """A usage error when TensorBoard runs are asked for (``--tensorboard``) without the extra that writes them.
-
-    Found, not imported: its protobuf must not load into a driver before MindSpore does.
-    """
+    """``--tensorboard`` without the extra that writes the runs is a usage error. tensorboardX is found, not
+    imported: its protobuf must not load into a driver before MindSpore's."""
     if logdir is not None and importlib.util.find_spec("tensorboardX") is None:
-        raise SpecFailed(
-            "--tensorboard",
-            logdir,
-            "needs tensorboardX, which is not installed: pip install 'ampsweep[tensorboard]'",
-        )
+        needs = "needs tensorboardX, which is not installed: pip install 'ampsweep[tensorboard]'"
+        raise SpecFailed("--tensorboard", logdir, needs)
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 from tensorboard.plugins.hparams import metadata
 
@@ -24,10 +21,10 @@ from ampsweep.contracts import part_path
 from ampsweep.sweep._tensorboard import exporting
 from ampsweep.sweep.cli import main
 from tests.test_analysis import CURVE, build_ranked_sweep, write_trial
+from tests.test_e2e import TINY, _ampsweep, _spec
 
 #: the hparams every run has (the configuration's axes, the seed, the trial and what became of it)
 AXES = {"amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement", "devices", "seed"}
-TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 
 
 def read_back(folder: Path) -> EventMultiplexer:
@@ -143,29 +140,14 @@ def test_without_the_extra_the_flag_is_one_line_and_exit_code_2(
 
 @pytest.mark.slow
 def test_a_sweep_run_with_tensorboard_has_its_runs_before_its_report(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    grid = {"amp_level": ["O0", "O2"], "clip": [None, 1.0], "seed": [0, 1]}
-    spec.write_text(yaml.safe_dump({"name": "tb", "workload": f"{TINY}:make", "steps": 20, "grid": grid}))
     out, logdir = tmp_path / "out", tmp_path / "tb"
-    command = [
-        "run",
-        str(spec),
-        "--out",
-        str(out),
-        "--workers",
-        "2",
-        "--no-progress",
-        "--tensorboard",
-        str(logdir),
-    ]
-    ran = subprocess.run(
-        [sys.executable, "-m", "ampsweep", *command], capture_output=True, text=True, timeout=600
-    )
+    spec = _spec(tmp_path, f"{TINY}:make")
+    ran = _ampsweep("run", str(spec), "--out", str(out), "--workers", "2", "--tensorboard", str(logdir))
     assert ran.returncode == 0, ran.stderr[-3000:]
     runs = read_back(logdir)
     assert len(runs.Runs()) == 8
-    report = (out / "tb" / "report" / "report.md").stat().st_mtime_ns
+    report = (out / "e2e" / "report" / "report.md").stat().st_mtime_ns
     assert max(p.stat().st_mtime_ns for p in logdir.rglob("events.out.tfevents.*")) <= report
-    run = run_of(runs, pq.read_table(out / "tb" / "trials").column("trial_id")[0].as_py())
-    steps = pq.read_table(out / "tb" / part_path("steps", hparams(runs, run)["trial_id"])).to_pandas()
+    run = run_of(runs, pq.read_table(out / "e2e" / "trials").column("trial_id")[0].as_py())
+    steps = pq.read_table(out / "e2e" / part_path("steps", hparams(runs, run)["trial_id"])).to_pandas()
     assert [e.value for e in runs.Scalars(run, "loss")] == steps["loss"].astype(np.float32).tolist()
