@@ -12,6 +12,13 @@ Three figures for issue 47, each measured, none asserted in a test:
   (each rank on its own core, half the batch each, gradients averaged): the
   median ``step_ms`` of each. On CPU this says what the collectives cost
   against the halved work, not what an NPU ring costs.
+* **Localizing a broken trial on a gang against one device** (issue 53): the
+  same diverged O2 trials of ``benchmarks/mlp_workload.py`` (its hand-written
+  cross entropy cast with the network overflows float16) on the global batch,
+  localized by the pinned worker and by the gang (every rank replays its own
+  part; the steps before the break run on the trial's graph, all ranks
+  together): each side's ``diagnose_s``, the worker's own clock around the
+  replay.
 * **Dispatch to gangs**: the driver's own per-trial path
   (``drive_trials``, as ``bench_launcher`` measures it) against an in-process
   stand-in for the actors, with 64 gangs of 8 simulated devices against 512
@@ -166,6 +173,43 @@ def _step_trial(devices: int) -> Any:
     )
 
 
+#: seeds of the broken trials localized on one device and on the gang
+LOCALIZE_SEEDS = (0, 1, 2)
+LOCALIZED = f"{Path(__file__).resolve().with_name('mlp_workload.py')}:make"
+
+
+def _broken_trial(devices: int, seed: int) -> Any:
+    """An O2 trial whose loss, cast with the network, overflows float16 within its 60 steps."""
+    from ampsweep.jobs import TrialConfig
+
+    return TrialConfig(
+        workload=LOCALIZED,
+        steps=60,
+        abort_after=10,
+        amp_level="O2",
+        black_list=(),
+        clip=None,
+        loss_scale="none",
+        dtype="float16",
+        seed=seed,
+        loss_placement="inside",
+        devices=devices,
+    )
+
+
+def _localized(result: Any) -> dict[str, Any]:
+    """What one broken trial's localization cost and found."""
+    rows = result.anomalies.to_pylist()
+    found = rows[0] if rows else {}
+    return {
+        "seed": result.config.seed,
+        "outcome": str(result.outcome),
+        "diagnose_s": result.diagnose_s,
+        "cell": f"{found['cell']} ({found['cell_class']}, {found['phase']})" if found else "-",
+        "rank": found.get("rank"),
+    }
+
+
 def _median_step_ms(result: Any) -> float:
     step_ms = result.steps.column("step_ms").to_pylist()
     return float(statistics.median(step_ms[1:]))  # the first step compiles
@@ -187,6 +231,11 @@ def _real_gang() -> dict[str, Any]:
         single = ray.remote(TrialWorker).options(num_cpus=1).remote(0, setup)
         config = _step_trial(1)
         one = ray.get(single.run.remote(config, config.workload, None, None))
+        _log("one worker: localizing broken trials")
+        alone = [
+            _localized(ray.get(single.run.remote(c, c.workload, None, None)))
+            for c in (_broken_trial(1, seed) for seed in LOCALIZE_SEEDS)
+        ]
         ray.kill(single)
         forming: list[float] = []
         actors = GangActors(2)
@@ -202,6 +251,11 @@ def _real_gang() -> dict[str, Any]:
         _log("the gang: the same trial on 2 devices")
         config = _step_trial(2)
         two = _answer(actors, actors.run(gang, config, config.workload, None, None))
+        _log("the gang: localizing the same broken trials on 2 devices")
+        ganged = [
+            _localized(_answer(actors, actors.run(gang, c, c.workload, None, None)))
+            for c in (_broken_trial(2, seed) for seed in LOCALIZE_SEEDS)
+        ]
         actors.kill(gang)
     finally:
         ray.shutdown()
@@ -214,7 +268,36 @@ def _real_gang() -> dict[str, Any]:
         "step_ms_2_devices": _median_step_ms(two),
         "final_loss_1_device": one.final_loss,
         "final_loss_2_devices": two.final_loss,
+        "localized_1_device": alone,
+        "localized_2_devices": ganged,
     }
+
+
+def _localize_lines(alone: list[dict[str, Any]], ganged: list[dict[str, Any]]) -> list[str]:
+    """The localization table: each broken trial on one device and on the gang, and the ratio of medians."""
+    lines = [
+        "### Localizing a broken trial: a gang of 2 against one device",
+        "",
+        "| seed | 1 device: localize s | culprit | 2 devices: localize s | culprit | rank |",
+        "|---|---:|---|---:|---|---:|",
+    ]
+    for one, two in zip(alone, ganged):
+        lines.append(
+            f"| {one['seed']} | {one['diagnose_s']:.2f} | {one['cell']} | {two['diagnose_s']:.2f} | {two['cell']} "
+            f"| {two['rank']} |"
+        )
+    timed = [(a["diagnose_s"], g["diagnose_s"]) for a, g in zip(alone, ganged) if a["diagnose_s"] > 0]
+    if not timed:
+        return [*lines, "", "No trial was localized on both sides."]
+    ratio = statistics.median(g for _, g in timed) / statistics.median(a for a, _ in timed)
+    same = sum(a["cell"] == g["cell"] for a, g in zip(alone, ganged))
+    return [
+        *lines,
+        "",
+        f"O2 trials of `benchmarks/mlp_workload.py` (loss cast with the network), 60 steps, global batch 16, "
+        f"localized by one pinned worker and by a gang of 2 (8 rows each): **gang / one device, median "
+        f"localization time: {ratio:.2f}×** (target ≤ 1.5×); {same} of {len(alone)} name the same culprit.",
+    ]
 
 
 def run(tiny: bool = False) -> str:
@@ -261,5 +344,7 @@ def run(tiny: bool = False) -> str:
             f"late_softmax (no batch statistics), FP32, clip 1.0, {STEP_TRIALS_STEPS} steps; median step_ms without the compiling "
             f"first step. Final losses: {real['final_loss_1_device']:.4f} (1 device), "
             f"{real['final_loss_2_devices']:.4f} (2 devices).",
+            "",
+            *_localize_lines(real["localized_1_device"], real["localized_2_devices"]),
         ]
     return "\n".join(lines)

@@ -89,7 +89,7 @@ class TrialWorker:
             self.snapshots.read(config.start_from, start) if start is not None and config.start_from else None
         )
         started_at = datetime.now(timezone.utc)
-        result = run_trial(config, workload_ref, self.placement, self.graphs, params)
+        result = run_trial(config, workload_ref, self.placement, self.graphs, params, self.group)
         # a replay must retrace the trial bit for bit; on a gang every rank replays its own part at once
         if config.localize and self.setup.exact_reruns:
             replay_started = time.perf_counter()

@@ -8,6 +8,7 @@ all-reduce would wait forever); only rank 0 keeps snapshots and writes
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "workloads" / "dp_watch_job.py"
+ROWS_JOB = ROOT / "tests" / "workloads" / "dp_rows_job.py"
 
 
 def _free_port() -> int:
@@ -27,9 +29,8 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.mark.slow
-def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together(tmp_path):
-    out, logs = tmp_path / "watch", tmp_path / "logs"
+def _msrun(job: Path, out: Path, logs: Path) -> dict[str, str]:
+    """Run ``job`` as a 2-rank msrun job on CPU; each worker's log text by file name."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     ran = subprocess.run(
         [
@@ -39,7 +40,7 @@ def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together
             f"--master_port={_free_port()}",
             f"--log_dir={logs}",
             "--join=True",
-            str(JOB),
+            str(job),
             str(out),
             str(ROOT),
         ],
@@ -50,19 +51,44 @@ def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together
     )
     texts = {p.name: p.read_text(errors="replace") for p in logs.glob("worker_*.log")}
     assert ran.returncode == 0, "\n".join(t[-2000:] for t in texts.values())
+    return texts
+
+
+def _stops_and_lines(texts: dict[str, str]) -> tuple[list[str], list[str]]:
     stops = [line for t in texts.values() for line in t.splitlines() if " stopped at " in line]
     assert len(stops) == 2 and len({line.rsplit(" ", 1)[1] for line in stops}) == 1, stops
     said = [line for t in texts.values() for line in t.splitlines() if line.startswith("ampsweep.Watch:")]
     assert len(said) == 1 and "worker_0.log" in [n for n, t in texts.items() if "ampsweep.Watch:" in t]
+    return stops, said
+
+
+@pytest.mark.slow
+def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together(tmp_path):
+    out = tmp_path / "watch"
+    _stops_and_lines(_msrun(JOB, out, tmp_path / "logs"))
     spec = yaml.safe_load((out / "spec.yaml").read_text())
     assert spec["devices_per_trial"] == 2
     assert (out / "watch.json").is_file()
     assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step-20.ckpt", "step-40.ckpt"]
 
 
-def test_a_data_parallel_jobs_spec_without_a_named_cell_is_a_grid_that_runs():
-    """No Cell named: on one device the spec searches adaptively; on a gang it cannot (the search grows its
-    list from replays, and a gang's trial is not replayed), so the spec is a grid that validates."""
+@pytest.mark.slow
+def test_a_failure_that_starts_in_rank_1s_rows_is_named_on_rank_1(tmp_path):
+    """Every rank replays its own part: a rank-0-only replay would find nothing here."""
+    out = tmp_path / "watch"
+    _, said = _stops_and_lines(_msrun(ROWS_JOB, out, tmp_path / "logs"))
+    report = json.loads((out / "watch.json").read_text())
+    assert (report["class"], report["cell"], report["rank"]) == ("MultiheadAttention", "attn", 1), report
+    assert report["ranks_broken"] == 1
+    assert "on rank 1's part" in said[0]
+    spec = yaml.safe_load((out / "spec.yaml").read_text())
+    assert spec["devices_per_trial"] == 2 and spec["grid"]["black_list"] == [[], ["MultiheadAttention"]]
+    assert spec["start_from"]["step"] > 0, "replayed from a snapshot before the failure"
+
+
+def test_a_data_parallel_jobs_spec_without_a_named_cell_searches_as_one_devices_does():
+    """No Cell named: the spec searches adaptively, on one device and on a gang alike (a gang's trials are
+    replayed on every rank's part)."""
     from ampsweep.jobs.watch._watch_report import Finding, spec_for
     from ampsweep.jobs.watch._watch_snapshots import Policy
     from ampsweep.sweep import parse_spec
@@ -71,4 +97,4 @@ def test_a_data_parallel_jobs_spec_without_a_named_cell_is_a_grid_that_runs():
     gang = spec_for("x.py:make", {}, 0, Policy("O2"), None, 50, Finding(), Path("/tmp"), devices=2)
     assert parse_spec(alone).search == "adaptive"
     parsed = parse_spec(gang)
-    assert parsed.search == "grid" and parsed.devices_per_trial == 2
+    assert parsed.search == "adaptive" and parsed.devices_per_trial == 2

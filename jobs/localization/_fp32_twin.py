@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ampsweep.contracts import FORWARD_BLOWUP
 
 from .._config import TrialConfig
+from ..training._data_parallel import RankGroup
 from ..training._step import CompiledStep
 from ..training._trainer import trial_workload
 from ._hooks import CellProbe, Event
@@ -76,7 +77,11 @@ def hooked_twin_step(replay: _Replay, batch: tuple[Any, ...], finding: _Finding)
 
 
 def graph_for(
-    config: TrialConfig, workload_ref: str, graphs: GraphCache | None, start: Mapping[str, Any] | None
+    config: TrialConfig,
+    workload_ref: str,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None = None,
 ) -> CompiledStep | None:
     """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none; its first
     step compiles it.
@@ -93,7 +98,7 @@ def graph_for(
     if held is not None:
         return held
     try:
-        step = CompiledStep(config, trial_workload(config, workload_ref, start))
+        step = CompiledStep(config, trial_workload(config, workload_ref, start), group)
     except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
         return None
     if graphs is not None:

@@ -71,7 +71,7 @@ def localize_on_ranks(
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:
-        compiled = graph_for(config, workload_ref, graphs, start)
+        compiled = graph_for(config, workload_ref, graphs, start, group)
         if compiled is None:
             return finished(mode, None, device_target, started)
         if mode == "departure":
@@ -155,7 +155,7 @@ def _fp32_twin(
     """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
     part hooked at its finding's step. None: no finding here, or FP32 broke first."""
     fp32 = _fp32(config)
-    compiled = graph_for(fp32, workload_ref, graphs, start)
+    compiled = graph_for(fp32, workload_ref, graphs, start, group)
     if compiled is None:
         return None
     at = last if finding is None else finding.step

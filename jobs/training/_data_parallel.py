@@ -7,9 +7,9 @@ the ranks before the global-norm clip, so the clip sees the norm of the
 averaged gradients, and the loss the tables record is the mean over the ranks.
 
 The process joins its group once (``join_group``: MindSpore's
-``communication.init()`` runs once per process), so the group is a property
-of the process, read by the trainer (``current_group``). A process that never
-joined one is a single device, and its step is traced exactly as before: no
+``communication.init()`` runs once per process); the actor keeps the group
+and hands it to the trainer, the step and the replays as an argument. Without
+one a process is a single device, and its step is traced exactly as before: no
 collective appears in its graph, so devices == 1 computes the same bits.
 
 The overflow flag needs no collective of its own: it is read from the norm of
@@ -41,32 +41,23 @@ class RankGroup:
     size: int
 
 
-_group: RankGroup | None = None
-
-
-def current_group() -> RankGroup | None:
-    """The group this process joined, or None: a single device."""
-    return _group
-
-
 def join_group() -> RankGroup | None:
-    """Join the data-parallel group the environment names (``MS_ROLE=MS_WORKER``), once per process.
+    """Join the data-parallel group the environment names (``MS_ROLE=MS_WORKER``); None: a single device.
 
-    Called after ``mindspore.set_device``: ``communication.init()`` blocks
-    until every rank and the scheduler have connected, then the process trains
-    in MindSpore's data-parallel mode with gradients averaged.
+    Called once per process (the actor's start), after ``mindspore.set_device``:
+    ``communication.init()`` blocks until every rank and the scheduler have
+    connected, then the process trains in MindSpore's data-parallel mode with
+    gradients averaged.
     """
-    global _group
-    if _group is not None or os.environ.get(ROLE_ENV) != WORKER_ROLE:
-        return _group
+    if os.environ.get(ROLE_ENV) != WORKER_ROLE:
+        return None
     import mindspore as ms
     from mindspore import communication
 
     communication.init()
     size = communication.get_group_size()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    _group = RankGroup(rank=communication.get_rank(), size=size)
-    return _group
+    return RankGroup(rank=communication.get_rank(), size=size)
 
 
 class UnevenBatch(ValueError):
@@ -105,10 +96,23 @@ def collectives(params: Any, group: RankGroup) -> tuple[Any, Any]:
 
     Built once per compiled step, outside the jit function, and captured by it.
     The loss's mean is the sum divided by N: on the CPU backend AllReduce sums only.
+    MindSpore's CPU AllReduce also sums float32 only: there, gradients of
+    float16 or bfloat16 parameters are averaged in float32 and cast back to
+    their dtype (on Ascend and GPU each is averaged in its own dtype).
     """
+    import mindspore as ms
     from mindspore import nn, ops
+    from mindspore.common import dtype as mstype
 
-    return nn.DistributedGradReducer(params, mean=True, degree=group.size), ops.AllReduce()
+    reducer = nn.DistributedGradReducer(params, mean=True, degree=group.size)
+    if ms.get_context("device_target") != "CPU" or all(p.dtype == mstype.float32 for p in params):
+        return reducer, ops.AllReduce()
+
+    def in_float32(grads: Any) -> Any:
+        averaged = reducer(tuple(g.astype(mstype.float32) for g in grads))
+        return tuple(a.astype(g.dtype) for a, g in zip(averaged, grads))
+
+    return in_float32, ops.AllReduce()
 
 
 def parameter_checksum(named_state: dict[str, Any]) -> str:

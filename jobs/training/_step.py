@@ -25,7 +25,7 @@ from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FLOAT16_TINY, parse_loss_sc
 
 from .._config import TrialConfig
 from .._workload import Workload
-from ._data_parallel import collectives, current_group
+from ._data_parallel import RankGroup, collectives
 from ._starts import StartCache
 
 _EPS = 1e-6
@@ -181,7 +181,7 @@ class CompiledStep:
     rebuilding it.
     """
 
-    def __init__(self, config: TrialConfig, workload: Workload) -> None:
+    def __init__(self, config: TrialConfig, workload: Workload, group: RankGroup | None = None) -> None:
         import mindspore as ms
         from mindspore import ops
         from mindspore.common import dtype as mstype
@@ -211,7 +211,6 @@ class CompiledStep:
 
         # a rank of a data-parallel group averages gradients and losses across the ranks; a
         # single device traces none of it (the branches below fold away), so its graph is unchanged
-        group = current_group()
         data_parallel = group is not None
         reduce_gradients: Any = None
         all_reduce: Any = None

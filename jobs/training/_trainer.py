@@ -35,7 +35,7 @@ from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
-from ._data_parallel import current_group, shard_stream
+from ._data_parallel import RankGroup, shard_stream
 from ._snapshot import checkpoint_bytes, continue_scaler, starting_from
 from ._starts import TrialStart, draw, start_key
 from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
@@ -84,9 +84,8 @@ def _check_device_support(config: TrialConfig, device_target: str) -> None:
         )
 
 
-def _check_group(config: TrialConfig) -> None:
+def _check_group(config: TrialConfig, group: RankGroup | None) -> None:
     """A trial runs on as many devices as it asks for: a gang of its size, or one device."""
-    group = current_group()
     size = group.size if group is not None else 1
     if config.devices != size:
         raise RuntimeError(f"the trial asks for {config.devices} devices; this worker is a group of {size}")
@@ -277,7 +276,11 @@ def skip_batches(config: TrialConfig, workload: Workload) -> int:
 
 
 def _begin(
-    config: TrialConfig, workload_ref: str, cache: GraphCache, snapshot: Mapping[str, Any] | None
+    config: TrialConfig,
+    workload_ref: str,
+    cache: GraphCache,
+    snapshot: Mapping[str, Any] | None,
+    group: RankGroup | None,
 ) -> tuple[CompiledStep, bool, Iterable[tuple[Any, ...]], float | None]:
     """The trial's graph with its starting state loaded, whether it was reused, its batches, its target loss.
 
@@ -298,7 +301,7 @@ def _begin(
     workload = trial_workload(config, workload_ref, snapshot)
     state = start.state if start is not None else None
     if step is None:
-        step, reused = CompiledStep(config, workload), False
+        step, reused = CompiledStep(config, workload, group), False
         cache.hold(config, workload_ref, step)
     else:
         if state is None:
@@ -311,7 +314,6 @@ def _begin(
         batches: Iterable[tuple[Any, ...]] = kept
     else:
         stream = batch_stream(workload.batches, config.steps, skip=skip_batches(config, workload))
-        group = current_group()
         if group is not None:  # the workload yields the global batch: this rank trains on its part
             stream = shard_stream(stream, group)
         if is_dataset(workload.batches):  # its epochs reshuffle from state outside the factory
@@ -327,11 +329,13 @@ def run_trial(
     placement: Placement | None = None,
     cache: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
+    group: RankGroup | None = None,
 ) -> TrialResult:
     """Run one trial to a result; an exception becomes a ``failed`` result, never a crash.
 
     ``start``: the parameters of the snapshot a forked trial starts from
-    (``config.start_from``), decoded by the caller. A dynamic loss scaler
+    (``config.start_from``), decoded by the caller. ``group``: this rank's
+    place in a gang (its part of each global batch, and the reductions). A dynamic loss scaler
     continues from the state the snapshot carries (``continue_scaler``).
     """
     placement = placement or local_placement()
@@ -339,9 +343,9 @@ def run_trial(
     target_loss: float | None = None
     try:
         _check_device_support(config, placement.device_target)
-        _check_group(config)
+        _check_group(config, group)
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
-        step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start)
+        step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start, group)
         continue_scaler(step.named_state(), start, config.loss_scale)
         batches = counted = _FirstBatchRows(batches)
         metrics, compile_s, abort_at = _train(config, batches, step)

@@ -11,9 +11,13 @@ one line, and stops the training.
 
 In a data-parallel job (launched with ``msrun``, ``communication.init()`` called
 before the ``Watch`` is made) every rank watches its loss and the ranks stop at
-the same step (a block's verdict is shared across ranks), but only rank 0
-keeps snapshots, replays and writes: the written spec's ``devices_per_trial``
-is the job's group size, so the sweep trains on the global batch the job does.
+the same step (a block's verdict is shared across ranks). Every rank keeps
+snapshots (the parameters are the same on every rank) and replays its own part
+of the global batch at once, so a failure that starts in rank 1's rows is
+named on rank 1; rank 0 alone writes, and the written spec's
+``devices_per_trial`` is the job's group size, so the sweep trains on the
+global batch the job does (the factory yields the global batch; rank r trains
+on part r of it, as in a sweep).
 
 ``Watch`` is a ``mindspore.train.Callback`` (``Model.train`` accepts nothing
 else), but ``import ampsweep`` must not import MindSpore: the class mixes the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -166,7 +171,11 @@ class Watch:
         self.amp_level = amp_level
         #: this process's rank and the data-parallel group's size ((0, 1) outside such a job)
         self.rank, self.group_size = data_parallel_group()
-        self._ring = SnapshotRing(self.out, self.keep)
+        # every rank keeps snapshots to replay from; rank 0's are the files the spec names
+        here = (
+            self.out if self.rank == 0 else Path(tempfile.mkdtemp(prefix=f"ampsweep-watch-rank{self.rank}-"))
+        )
+        self._ring = SnapshotRing(here, self.keep)
         self._pending: list[tuple[int, Any]] = []  # (global step, loss) not yet looked at
         self._last_snapshot = 0
         self._network: Any = None
@@ -208,9 +217,8 @@ class Watch:
         done = int(step) + 1  # steps trained so far: the state a snapshot now holds
         if done - self._last_snapshot >= self.snapshot_every:
             if self.check() and self._network is not None:
-                if self.rank == 0:
-                    self._ring.save(done, self._network, self._optimizer)
-                self._last_snapshot = done  # on every rank: all ranks look at the same steps
+                self._ring.save(done, self._network, self._optimizer)
+                self._last_snapshot = done
         elif len(self._pending) >= CHECK_EVERY:
             self.check()
         return self.stop_requested
@@ -283,20 +291,34 @@ class Watch:
         return detected
 
     def _fire(self, failed_at: int) -> None:
-        from ._watch_report import Finding, horizon_note, localize_from, one_line, spec_for, write_outputs
+        from ..training._data_parallel import RankGroup
+        from ._watch_report import (
+            Finding,
+            first_of_ranks,
+            horizon_note,
+            localize_from,
+            one_line,
+            spec_for,
+            write_outputs,
+        )
 
         started = time.perf_counter()
         self.first_nonfinite_step = failed_at
-        if self.rank != 0:
-            return  # rank 0 saw the same step (the ranks share their gradients): it replays and writes
+        group = RankGroup(self.rank, self.group_size) if self.group_size > 1 else None
         _factory_from_main(self.workload)
         policy = self._policy()
         snapshot = self._ring.last_healthy(before=failed_at)
         self._ring.flush()  # the other kept snapshots become files too
         try:
-            finding = localize_from(self.workload, self.workload_args, self.seed, policy, snapshot, failed_at)
+            finding = localize_from(
+                self.workload, self.workload_args, self.seed, policy, snapshot, failed_at, group
+            )
         except Exception as exc:  # noqa: BLE001 - the spec is still worth writing
             finding = Finding(note=f"the replay failed: {type(exc).__name__}: {exc}".splitlines()[0])
+        if group is not None:
+            finding = first_of_ranks(finding, group)
+        if self.rank != 0:
+            return  # rank 0 writes what the ranks found
         spec = spec_for(
             self.workload,
             self.workload_args,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import yaml
 from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
+from ..training._data_parallel import RankGroup
 from ._watch_snapshots import Policy, Snapshot
 
 #: the spec trains this many steps past the failure at least ...
@@ -50,6 +51,9 @@ class Finding:
     compiled_step: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
+    #: in a data-parallel job: the rank whose part broke first, and how many ranks' parts broke there
+    rank: int | None = None
+    ranks_broken: int | None = None
 
 
 def localize_from(
@@ -59,14 +63,19 @@ def localize_from(
     policy: Policy,
     snapshot: Snapshot | None,
     failed_at: int,
+    group: RankGroup | None = None,
 ) -> Finding:
     """Replay the user's workload from ``snapshot`` under ``policy`` and name the Cell that broke.
 
     ``failed_at`` is the global step whose loss was first non-finite. The
     replay is a trial of the sweep's own kind, so it starts from the snapshot
     exactly as a trial of the spec will (data positioned by ``start_step``).
+    ``group``: this rank in a data-parallel job, where every rank replays its
+    own part of the global batch at once (``jobs.localization._ranks``); the
+    finding is this rank's (``first_of_ranks`` merges them).
     """
     from ..localization._localize import localize
+    from ..localization._ranks import localize_on_ranks
     from ..training._snapshot import read_checkpoint, snapshot_id
 
     start, start_from, params = 0, None, None
@@ -78,12 +87,19 @@ def localize_from(
 
     limit = until + 1 + RETRY_STEPS
     config = _config(workload, workload_args, seed, policy, limit, start, start_from)
-    # The user's graph and the replay's round float16 differently, so the replay may break a few
-    # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
-    compiled_at = _first_nonfinite_compiled(config, workload, limit, params)
-    look_at = until if compiled_at is None else compiled_at
-    table = localize(config, workload, mode="nonfinite", until_step=look_at, start=params)
-    compiled_step = None if compiled_at is None else start + compiled_at
+    compiled_step = None
+    if group is not None:
+        # the ranks' compiled replay runs to where it breaks first, then each rank looks there
+        table = localize_on_ranks(
+            config, workload, group, mode="nonfinite", until_step=limit - 1, start=params
+        )
+    else:
+        # The user's graph and the replay's round float16 differently, so the replay may break a few
+        # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
+        compiled_at = _first_nonfinite_compiled(config, workload, limit, params)
+        look_at = until if compiled_at is None else compiled_at
+        table = localize(config, workload, mode="nonfinite", until_step=look_at, start=params)
+        compiled_step = None if compiled_at is None else start + compiled_at
     if table.num_rows == 0:
         return Finding(
             compiled_step=compiled_step,
@@ -100,7 +116,41 @@ def localize_from(
         compiled_step=compiled_step,
         detail=detail,
         note=row["note"],
+        rank=None if group is None else group.rank,
+        ranks_broken=None if group is None else 1,
     )
+
+
+#: the longest finding, as JSON bytes, that the ranks exchange (``first_of_ranks``)
+_FINDING_BYTES = 16384
+
+
+def first_of_ranks(finding: Finding, group: RankGroup) -> Finding:
+    """Every rank's finding, gathered on every rank: the earliest step, then the lowest rank (one collective).
+
+    Each rank encodes its finding as JSON in a fixed-length float32 vector (one
+    value per byte: MindSpore's CPU collectives gather float32), which
+    ``AllGather`` stacks in rank order.
+    """
+    import mindspore as ms
+    import numpy as np
+    from mindspore import ops
+
+    data = json.dumps(asdict(finding)).encode()[:_FINDING_BYTES]
+    vector = np.zeros((1, _FINDING_BYTES + 1), np.float32)
+    vector[0, 0] = len(data)
+    vector[0, 1 : len(data) + 1] = np.frombuffer(data, np.uint8)
+    gathered = ops.AllGather()(ms.Tensor(vector)).asnumpy()
+    found = []
+    for row in gathered:
+        size = int(row[0])
+        found.append(Finding(**json.loads(row[1 : size + 1].astype(np.uint8).tobytes())))
+    named = [f for f in found if f.cell_class is not None and f.replay_step is not None]
+    if not named:
+        return found[group.rank]
+    first = min(named, key=lambda f: (f.replay_step, f.rank))
+    first.ranks_broken = sum(f.replay_step == first.replay_step for f in named)
+    return first
 
 
 def _first_nonfinite_compiled(
@@ -191,8 +241,7 @@ def spec_for(
         spec["start_from"] = {"checkpoint": os.path.relpath(snapshot.path, out), "step": snapshot.step}
     if devices > 1:
         spec["devices_per_trial"] = devices
-    # the adaptive search grows its list from replays, which a trial on several devices is not: a grid there
-    adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL and devices == 1
+    adaptive = finding.cell_class is None and policy.amp_level != FP32_LEVEL
     if adaptive:
         spec["search"] = "adaptive"
     end = start + spec["steps"]
@@ -243,6 +292,8 @@ def write_outputs(
         "snapshot_step": None if snapshot is None else snapshot.step,
         "replay_step": finding.replay_step,
         "compiled_step": finding.compiled_step,
+        "rank": finding.rank,
+        "ranks_broken": finding.ranks_broken,
         "amp_level": policy.amp_level,
         "dtype": policy.dtype,
         "loss_scale": policy.loss_scale,
@@ -261,6 +312,8 @@ def one_line(finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_p
     start = f"replayed from the snapshot at step {snapshot.step}" if snapshot else "replayed from step 0"
     if finding.cell_class is not None:
         found = f"{finding.cell} ({finding.cell_class}) went non-finite in {finding.phase}"
+        if finding.rank is not None:
+            found += f" on rank {finding.rank}'s part of the batch"
     else:
         found = "no Cell caught"
     return (

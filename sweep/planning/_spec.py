@@ -306,13 +306,6 @@ def _check_search(spec: SweepSpec) -> None:
     """What ``search: adaptive`` needs of the grid."""
     if spec.search != "adaptive":
         return
-    if spec.devices_per_trial > 1:
-        raise SpecError(
-            "devices_per_trial",
-            spec.devices_per_trial,
-            "1 with search: adaptive (it names the class to keep in FP32 by replaying a broken trial, and a "
-            "trial on several devices is not replayed); use search: grid on several devices",
-        )
     if spec.grid.black_list != [[]]:
         raise SpecError(
             "grid.black_list",
