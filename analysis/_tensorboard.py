@@ -40,6 +40,7 @@ from ._writer import _atomic_write
 from .compute._anomalies import localizations, read_anomalies
 from .compute._configs import as_run
 from .compute._load import configurations, files_by_trial, list_parquet, resolve
+from .compute._scores import trial_scores
 from .compute._side_files import read_spec_file
 
 #: beside the runs: trial id -> its run's name
@@ -66,18 +67,21 @@ class Exported:
     already: int
 
 
-def export_tensorboard(sweep_dir: str | Path, logdir: str | Path) -> Exported:
+def export_tensorboard(sweep_dir: str | Path, logdir: str | Path, *, recommend: bool = True) -> Exported:
     """A run in ``logdir/<sweep>`` for each trial committed in ``sweep_dir`` (a path or a ``pyarrow.fs``
-    URI) that is not there yet; the trials that are cost one listing."""
+    URI) that is not there yet; the trials that are cost one listing. ``recommend=False`` leaves out the
+    recommendation, which ranks the whole sweep (most of an export's time): the live export's rounds."""
     loc = resolve(sweep_dir)
     folder = Path(logdir) / loc.name
     manifest = folder / MANIFEST
-    runs: dict[str, str] = json.loads(manifest.read_text())["runs"] if manifest.exists() else {}
+    done = json.loads(manifest.read_text()) if manifest.exists() else {}
+    runs: dict[str, str] = done.get("runs", {})
     files = list_parquet(loc, "trials", recursive=False)
-    if committed_ids({path.rsplit("/", 1)[-1] for path in files}) <= runs.keys():
+    committed = committed_ids({path.rsplit("/", 1)[-1] for path in files})
+    if committed <= runs.keys() and (not recommend or done.get("recommended") == len(runs)):
         return Exported(folder, 0, len(runs))
-    result = analyze(sweep_dir, figures=False)
-    scores = result.scores.set_index("trial_id", drop=False)
+    result = analyze(sweep_dir, figures=False) if recommend else None
+    scores = (trial_scores(sweep_dir) if result is None else result.scores).set_index("trial_id", drop=False)
     new = scores[~scores["trial_id"].isin(runs.keys())]
     steps = files_by_trial(loc, "steps", set(new["trial_id"]))
     cells = read_anomalies(sweep_dir, list(new["trial_id"]))
@@ -100,13 +104,17 @@ def export_tensorboard(sweep_dir: str | Path, logdir: str | Path) -> Exported:
     from tensorboardX.summary import text
 
     stamp = max([_epoch(t) for t in scores["finished_at"]], default=0)
-    for kind in result.kinds:
+    for kind in [] if result is None else result.kinds:
         best, recommendation = kind.recommended, kind.recommendation
         words = [text("recommendation", "\n\n".join(recommendation.answer or (recommendation.headline,)))]
         for trial_id in [] if best is None else str(best["trial_ids"]).split():
             suffix = f"{stamp:010d}.ampsweep.recommendation-{len(scores)}"
             _write_events(folder / runs[trial_id], suffix, _events(len(scores), stamp, words))
-    _atomic_write(manifest, json.dumps({"sweep": loc.root, "runs": runs}, indent=1, sort_keys=True))
+    # how many trials the last recommendation written was drawn from
+    recommended = len(scores) if recommend else done.get("recommended")
+    _atomic_write(
+        manifest, json.dumps({"sweep": loc.root, "runs": runs, "recommended": recommended}, indent=1)
+    )
     return Exported(folder, len(new), len(runs) - len(new))
 
 
@@ -184,7 +192,7 @@ def follow(sweep_dir: str, logdir: str) -> None:
     os.nice(10)  # background work: the driver and the trials come first where they share the cores
     while True:
         started = time.monotonic()
-        export_tensorboard(sweep_dir, logdir)
+        export_tensorboard(sweep_dir, logdir, recommend=False)
         pause = max(FOLLOW_PAUSE_S, FOLLOW_REST * (time.monotonic() - started))
         if select.select([sys.stdin], [], [], pause)[0]:  # the driver writes nothing: readable is closed
             break

@@ -120,7 +120,11 @@ def test_a_running_sweep_is_exported_while_it_runs_and_whole_at_its_end(sweep: P
         write_trial(sweep, "late0", loss=CURVE, clip=5.0, seed=0)
     manifest = json.loads((logdir / "unit-sweep" / "ampsweep-export.json").read_text())
     assert len(manifest["runs"]) == 22
-    assert len(read_back(logdir).Runs()) == 22
+    runs = read_back(logdir)
+    assert len(runs.Runs()) == 22
+    # the rounds while it runs leave the recommendation (it ranks the whole sweep) to the last one
+    recommended = [run for run in runs.Runs() if "recommendation/text_summary" in runs.Runs()[run]["tensors"]]
+    assert recommended and texts(runs, recommended[0], "recommendation")[-1].startswith("Use O2")
 
 
 @pytest.mark.parametrize("command", ["export", "run"])
