@@ -123,7 +123,23 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("spec", "field", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+#: cases refused by the workload check, which runs while a local Ray and the first actors start
+#: (seconds each on 2 cores): one stays in the fast suite, the rest run in ``make test-slow``
+RAY_STARTED = {
+    "unknown-layer",
+    "layer-not-in-network",
+    "workload-no-module",
+    "workload-no-factory",
+    "workload-raises-on-import",
+    "factory-wrong-type",
+    "batches-fewer-than-steps",
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [pytest.param(*c[1:], id=c[0], marks=[pytest.mark.slow] if c[0] in RAY_STARTED else []) for c in CASES],
+)
 def test_bad_spec_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, request, spec, field, words):
     path = tmp_path / "spec.yaml"
     if isinstance(spec, str) and spec.endswith(".py"):

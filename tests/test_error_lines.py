@@ -38,7 +38,9 @@ CASES = [
 
 
 @pytest.mark.parametrize(("source", "factory", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("command", ["plan", "run"])
+# ``run`` checks the workload while a local Ray starts (seconds on 2 cores): ``make test-slow``;
+# tests/test_bad_specs.py keeps one such refusal in the fast suite
+@pytest.mark.parametrize("command", ["plan", pytest.param("run", marks=pytest.mark.slow)])
 def test_a_workload_that_fails_says_what_happened_in_one_line(
     tmp_path: Path, capsys, write_spec, command, source, factory, words
 ):

@@ -127,8 +127,11 @@ def test_the_users_checkpoint_starts_at_its_global_step(tmp_path, capsys):
     ("kind", "words"),
     [
         ({"hidden": 32}, "wrong shape fc1.bias (checkpoint [32], workload [16])"),
-        ({"hidden": 16, "drop": "fc2.weight"}, "missing fc2.weight"),
-        ({"hidden": 16, "extra": "encoder.weight"}, "unexpected encoder.weight"),
+        # each case starts a local Ray for the check (seconds on 2 cores): one stays in the fast suite
+        pytest.param({"hidden": 16, "drop": "fc2.weight"}, "missing fc2.weight", marks=pytest.mark.slow),
+        pytest.param(
+            {"hidden": 16, "extra": "encoder.weight"}, "unexpected encoder.weight", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_checkpoint_that_does_not_fit_exits_2_and_writes_nothing(tmp_path, capsys, kind, words):

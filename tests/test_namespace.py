@@ -265,6 +265,9 @@ def no_checkout_on_path(monkeypatch):
         monkeypatch.delitem(sys.modules, name)  # put back afterwards
 
 
+# ``run`` checks the workload while a local Ray starts (seconds each on 2 cores): ``make test-slow``;
+# the fast suite sees the old names refused by ``plan`` (above) and by load_factory (below)
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("workload", "words"), [c[1:] for c in OLD_NAME_CASES], ids=[c[0] for c in OLD_NAME_CASES]
 )

@@ -78,6 +78,7 @@ def test_a_bad_workload_argument_axis_is_one_line_before_anything_runs(change, m
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
+@pytest.mark.slow  # starts a local Ray; tests/test_bad_specs.py's workload-args-unknown stays fast
 def test_the_cli_refuses_it_with_exit_2_and_writes_nothing(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(_spec(grid={"workload_args": {"sofmax_dtype": ["float32"]}})))
