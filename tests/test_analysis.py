@@ -872,6 +872,7 @@ for i, name in enumerate(sys.argv[1:]):
 """
 
 
+@pytest.mark.slow
 def test_snippets_run_on_mindspore(tmp_path: Path) -> None:
     """Every form of the generated code trains a tiny network for two steps on MindSpore (CPU)."""
     configs = [

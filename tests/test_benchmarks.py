@@ -5,7 +5,9 @@ own (``python -m benchmarks --child NAME OUT --tiny``), because MindSpore's
 thread settings and a Ray session are process-wide. The children start
 together, a few at a time, in one module fixture, so the file costs about the
 slowest few of them rather than their sum. Nothing here asserts on a timing:
-only that each section is produced and holds the rows it promises.
+only that each section is produced and holds the rows it promises. Those runs
+are ``slow`` (``make test-slow``): together they take minutes on 2 cores; the
+runner's own helpers are tested here in the fast suite.
 """
 
 from __future__ import annotations
@@ -200,6 +202,7 @@ def test_every_benchmark_is_covered() -> None:
     assert set(discover()) == set(EXPECTED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_benchmark_produces_its_section(name: str, sections: dict[str, Future]) -> None:
     if name in SKIPPED:

@@ -94,6 +94,7 @@ print(json.dumps([_scales(trial), _scales(continued), continued.error, worker.ru
 """
 
 
+@pytest.mark.slow
 def test_a_worker_hands_the_snapshot_it_was_given_to_the_continuation() -> None:
     """``TrialWorker.run(start=bytes)``: the actor decodes the snapshot itself and passes it on (a process of its own)."""
     root = Path(__file__).parent.parent

@@ -143,7 +143,7 @@ def test_only_sampled_steps_copy_per_parameter_statistics() -> None:
     assert float(head.asnumpy()[1]) == pytest.approx(np.sqrt((norms**2).sum()), rel=1e-5)
 
 
-@pytest.mark.parametrize("loss_scale", ["none", "dynamic"])
+@pytest.mark.parametrize("loss_scale", ["none", pytest.param("dynamic", marks=pytest.mark.slow)])
 def test_either_variant_trains_the_same_model(loss_scale: str) -> None:
     """All-lean and all-sampled runs of one trial end with bit-identical training state."""
     config = _trial(steps=20, clip=1.0, loss_scale=loss_scale, workload_args={"hidden": 32})

@@ -142,6 +142,7 @@ def test_a_healthy_policy_does_not_depart(workload, black_list):
 MLP = f"{Path(__file__).parent.parent / 'benchmarks' / 'mlp_workload.py'}:make"
 
 
+@pytest.mark.slow
 def test_the_worker_replays_the_steps_before_the_overflow_on_the_trials_own_graph():
     # the hand-written cross entropy of this MLP overflows float16 after ~30 steps when cast
     # with the network: long enough for a prefix, too short for a compile to pay off
@@ -216,6 +217,7 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
     assert all(np.array_equal(a, b) for a, b in zip(*weights))
 
 
+@pytest.mark.slow
 def test_a_workers_next_diagnosis_of_a_graph_restarts_its_replay_and_finds_the_same():
     # a kept replay keeps its optimizer's compiled construct; the fast-forward must give it the
     # new trial's whole state, so what it finds is what a newly built replay finds
@@ -261,6 +263,7 @@ def test_a_dynamic_scalers_skipped_steps_do_not_hide_where_a_diverged_trial_brok
     assert "only backward" not in row["note"] and "replayed compiled" in row["note"]
 
 
+@pytest.mark.slow
 def test_a_worker_without_the_fp32_graph_compiles_it_once_for_its_twins_and_finds_the_same(monkeypatch):
     # an actor that started while every FP32 trial was taken holds no FP32 graph; a twin far enough in
     # compiles it and the worker keeps it. This MLP breaks at about step 20, below the threshold

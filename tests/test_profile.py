@@ -160,6 +160,7 @@ def test_a_run_writes_the_profile_only_for_a_cpu_sweep(tmp_path, capsys):
     assert f"ampsweep profile {spec}" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_worker_s_profile_runs_on_its_compiled_fp32_graph_and_finds_the_same(monkeypatch):
     from ampsweep.jobs import TrialConfig
     from ampsweep.jobs.localization._replay import _Replay

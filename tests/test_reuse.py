@@ -57,6 +57,7 @@ def _fresh_process(config: TrialConfig) -> list:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # each case trains again in a fresh process (seconds on 2 cores)
 @pytest.mark.parametrize(
     ("loss_scale", "amp_level", "loss_placement"),
     [

@@ -57,6 +57,7 @@ def test_a_value_that_is_not_a_dtype_is_refused_naming_the_argument(name):
         tiny_decoder.make(seed=0, **{name: "fp16"})
 
 
+@pytest.mark.slow
 def test_o2_breaks_in_rmsnorm_and_float32_statistics_fix_it():
     broken = _run("O2", steps=8, abort_after=2)
     assert broken.outcome == "diverged", broken.error

@@ -72,7 +72,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-@pytest.mark.parametrize("loss_scale", ["dynamic", "none"])
+@pytest.mark.parametrize("loss_scale", [pytest.param("dynamic", marks=pytest.mark.slow), "none"])
 def test_a_trial_from_a_held_start_matches_a_trial_without_cache(builds: list[int], loss_scale: str) -> None:
     cache = GraphCache()
     run_trial(_config(seed=1, loss_scale=loss_scale), SEED_REPRO, cache=cache)  # compiles the graph
@@ -87,6 +87,7 @@ def test_a_trial_from_a_held_start_matches_a_trial_without_cache(builds: list[in
     _assert_identical(_tables(held), _tables(run_trial(target, SEED_REPRO)))
 
 
+@pytest.mark.slow
 def test_a_new_graph_on_a_held_seed_matches_a_trial_without_cache(builds: list[int]) -> None:
     """Another graph for a seed already seen: built from the factory, trained on the kept batches."""
     cache = GraphCache()
@@ -98,6 +99,7 @@ def test_a_new_graph_on_a_held_seed_matches_a_trial_without_cache(builds: list[i
     _assert_identical(_tables(result), _tables(run_trial(other, SEED_REPRO)))
 
 
+@pytest.mark.slow
 def test_a_diverging_trial_from_a_held_start_matches_a_trial_without_cache(builds: list[int]) -> None:
     """O2 without the black list turns the loss NaN: the abort step and the NaN rows are the same."""
     base = _config(black_list=(), loss_scale="none", loss_placement="inside", workload_args={}, steps=60)

@@ -244,7 +244,7 @@ def _dataset(steps: int) -> Any:
     return ds.GeneratorDataset(lambda: (batch_at(0, n) for n in range(steps)), ["x", "y"], shuffle=False)
 
 
-@pytest.mark.parametrize("stop", [True, False])
+@pytest.mark.parametrize("stop", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_model_train_stops_at_the_first_nan_unless_told_not_to(tmp_path, stop):
     from mindspore.train import Callback, Model
 
@@ -319,6 +319,7 @@ def test_a_replay_that_catches_nothing_says_so_and_lets_the_search_find_the_blac
     parse_spec(spec)
 
 
+@pytest.mark.slow
 def test_a_factory_in_the_running_script_is_not_loaded_twice(tmp_path):
     """A script without a ``__main__`` guard: loading its factory again would train a second time."""
     script = tmp_path / "train.py"
