@@ -265,11 +265,18 @@ def no_checkout_on_path(monkeypatch):
         monkeypatch.delitem(sys.modules, name)  # put back afterwards
 
 
-# ``run`` checks the workload while a local Ray starts (seconds each on 2 cores): ``make test-slow``;
-# the fast suite sees the old names refused by ``plan`` (above) and by load_factory (below)
-@pytest.mark.slow
+#: refused by name before anything starts; the others are refused by the workload check, which runs
+#: while a local Ray starts (seconds each on 2 cores): ``make test-slow``. The fast suite also sees
+#: the old imports refused by ``plan`` (above) and by load_factory (below)
+REFUSED_BY_NAME = {"old-builtin-name", "old-builtin-name-other"}
+
+
 @pytest.mark.parametrize(
-    ("workload", "words"), [c[1:] for c in OLD_NAME_CASES], ids=[c[0] for c in OLD_NAME_CASES]
+    ("workload", "words"),
+    [
+        pytest.param(*c[1:], id=c[0], marks=[] if c[0] in REFUSED_BY_NAME else [pytest.mark.slow])
+        for c in OLD_NAME_CASES
+    ],
 )
 def test_old_names_exit_2_with_one_line_and_write_nothing(
     tmp_path, capsys, request, no_checkout_on_path, workload, words
