@@ -72,6 +72,9 @@ class TrialResult:
     finished_at: datetime | None = None
     #: seconds of the localization replay after training (0 when the trial needed none)
     diagnose_s: float = 0.0
+    #: a failed trial: the global step it was in when it raised (None: before its first step); on a gang
+    #: it says where a rank waited for a peer that never came (``sweep.cluster._gang``)
+    failed_step: int | None = None
     #: for a copy: the trial whose rows it took, and why that is exact (``COPY_REASONS``)
     copied_from: str | None = None
     copy_reason: str | None = None
@@ -96,6 +99,7 @@ class TrialResult:
         wall_s: float = 0.0,
         target_loss: float | None = None,
         outcome: Outcome = Outcome.FAILED,
+        failed_step: int | None = None,
     ) -> TrialResult:
         """A trial that raised, or that no worker could finish (``error`` is one line).
 
@@ -112,6 +116,7 @@ class TrialResult:
             wall_s=wall_s,
             error=error,
             traceback=traceback,
+            failed_step=failed_step,
         )
 
     def copied_as(self, config: TrialConfig, reason: str) -> TrialResult:

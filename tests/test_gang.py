@@ -135,6 +135,10 @@ def test_ranks_that_ended_apart_fail_the_trial_and_end_their_gang():
     both = [A(broken, ""), A(replace(broken, placement=result.placement), "")]
     failed, apart = trial_answer(both)
     assert failed.error == "RuntimeError: out of memory" and not apart
+    # rank 1 never answered while rank 0's collective gave up waiting at step 3: rank 1 stalled there
+    waited = replace(broken, error="RuntimeError: Launch kernel failed: Default/AllReduce-op0", failed_step=3)
+    stalled, apart = trial_answer([A(waited, ""), None])
+    assert stalled.error.startswith("rank 1 of 2 stalled before step 3: rank 0 waited for it") and apart
     later = replace(broken, steps_run=broken.steps_run + 3)
     assert trial_answer([A(broken, ""), A(later, "")])[1], "ranks that failed at different steps are apart"
 
@@ -170,15 +174,15 @@ def test_a_sweep_runs_every_trial_on_the_same_number_of_devices():
 
     raw = {"name": "g", "workload": f"{TINY}:make", "steps": 5, "grid": {"amp_level": ["O0"]}}
     on_two = Sweep({**raw, "devices_per_trial": 2, "placement_strategy": "PACK"})
-    assert gang_of(on_two.plan(), on_two.resolved_yaml()) == (2, "PACK")
-    assert gang_of(Sweep(raw).plan(), Sweep(raw).resolved_yaml()) == (1, "STRICT_PACK")
+    assert gang_of(on_two.plan()) == (2, "PACK")
+    assert gang_of(Sweep(raw).plan()) == (1, "STRICT_PACK")
     forked = Sweep({**raw, "devices_per_trial": 2, "start_from": {"steps": 3}})  # its prefix too, on a gang
-    assert gang_of(forked.plan(), forked.resolved_yaml()) == (2, "STRICT_PACK")
+    assert gang_of(forked.plan()) == (2, "STRICT_PACK")
     assert {p.devices for p in forked.plan().prefixes} == {2}
     mixed = forked.plan()
     mixed.trials[0] = replace(mixed.trials[0], devices=1)  # a plan that mixes sizes is refused
     with pytest.raises(SpecError, match="this plan mixes 1 and 2"):
-        gang_of(mixed, forked.resolved_yaml())
+        gang_of(mixed)
 
 
 def test_a_global_batch_the_devices_do_not_divide_is_refused_before_anything_runs():
@@ -193,3 +197,19 @@ def test_a_global_batch_the_devices_do_not_divide_is_refused_before_anything_run
     ):
         Sweep({**raw, "devices_per_trial": 3})
     assert len(Sweep({**raw, "devices_per_trial": 4}).plan().trials) == 1
+
+
+@pytest.mark.slow
+def test_float16_gradients_are_averaged_in_float32_on_cpu_ranks(gang):
+    """MindSpore's CPU AllReduce sums float32 only: a workload whose parameters are float16 trains on a gang
+    of CPU ranks (its gradients averaged in float32, then cast back) as on one device."""
+    half = f"{Path(__file__).parent / 'workloads' / 'half_params.py'}:make"
+    single = _fp32_trial(workload=half, steps=30, clip=None)
+    one = run_trial(single, single.workload)
+    on_two = replace(single, devices=2)
+    two = _answer(gang[0], gang[0].run(gang[1], on_two, on_two.workload, None, None))
+    assert two.outcome == one.outcome == "completed", two.error
+    first = min(5, len(one.steps))
+    losses = zip(one.steps.column("loss").to_pylist()[:first], two.steps.column("loss").to_pylist()[:first])
+    for alone, together in losses:
+        assert together == pytest.approx(alone, rel=0.01)

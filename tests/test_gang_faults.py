@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import psutil
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 ATTENTION = Path(__file__).parent / "workloads" / "attention_overflow.py"
 RANK_FAILS = Path(__file__).parent / "workloads" / "rank_fails.py"
+RANK_BLOCKS = Path(__file__).parent / "workloads" / "rank_blocks.py"
 
 
 def _each_trial_once(root: Path) -> pd.DataFrame:
@@ -56,6 +58,7 @@ def test_a_killed_rank_forms_the_gang_again_and_the_sweep_answers_as_on_one_devi
         result = Sweep({**on_gangs, "devices_per_trial": 2}).run(tmp_path, RunConfig(progress=False))
         single = {**on_gangs, "name": "single", "workload": f"{ATTENTION}:make"}
         Sweep(single).run(tmp_path, RunConfig(progress=False))
+        assert _placement_groups_left() == [], "every gang's placement group was removed"
     finally:
         ray.shutdown()
     assert marker.exists(), "a rank really was SIGKILLed mid-trial"
@@ -74,6 +77,20 @@ def test_a_killed_rank_forms_the_gang_again_and_the_sweep_answers_as_on_one_devi
         on_one["amp_level"],
         tuple(on_one["black_list"]),
     )
+    # the broken configurations were localized on the gang's ranks, and the report names the Cell and rank
+    anomalies = pd.read_parquet(tmp_path / "gang" / "anomalies")
+    assert set(anomalies["cell_class"]) == {"NaiveSoftmax"} and anomalies["rank"].notna().all()
+    from ampsweep.analysis import render_markdown
+
+    opening = "\n".join(render_markdown(analyze(tmp_path / "gang", figures=False)).splitlines()[:12])
+    assert "NaiveSoftmax" in opening and "on rank 0 of 2" in opening, opening
+
+
+def _placement_groups_left() -> list[str]:
+    """The placement groups of this Ray that are not removed (a gang that outlived its sweep)."""
+    from ray.util import placement_group_table
+
+    return [pg_id for pg_id, pg in placement_group_table().items() if pg["state"] != "REMOVED"]
 
 
 def test_losing_the_node_under_a_gang_ends_the_run_with_a_resume_line(tmp_path):
@@ -128,6 +145,96 @@ def test_losing_the_node_under_a_gang_ends_the_run_with_a_resume_line(tmp_path):
     assert 1 <= len(committed) < 3 and (committed["devices"] == 2).all()
 
 
+def _once_on_rank(folder: Path, name: str, rank: int, action: str) -> tuple[Path, Path]:
+    """``tiny_mlp`` wrapped so that its first build of seed 1 on ``rank`` runs ``action`` (Python source,
+    with ``os``, ``signal`` and ``psutil`` imported) in that rank's process, once; and the marker it leaves."""
+    marker = folder / f"{name}.done"
+    wrapper = folder / f"{name}.py"
+    wrapper.write_text(
+        "import os, signal, sys\nfrom pathlib import Path\nimport psutil\n"
+        f"sys.path.insert(0, {str(TINY.parent)!r})\nfrom tiny_mlp import make as tiny_make\n"
+        "def make(seed, **kw):\n"
+        "    from mindspore.communication import GlobalComm, get_rank\n"
+        f"    if seed == 1 and GlobalComm.INITED and get_rank() == {rank} and not Path({str(marker)!r}).exists():\n"
+        f"        Path({str(marker)!r}).touch()\n"
+        + "".join(f"        {line}\n" for line in action.splitlines())
+        + "    return tiny_make(seed, **kw)\n"
+    )
+    return wrapper, marker
+
+
+def _gang_sweep(tmp_path: Path, name: str, workload: Path) -> tuple[Any, pd.DataFrame]:
+    """A sweep of 3 FP32 trials on gangs of 2 in a Ray of its own; no placement group may outlive it."""
+    import ray
+
+    from ampsweep.sweep import RunConfig, Sweep
+
+    spec = {
+        "name": name,
+        "workload": f"{workload}:make",
+        "steps": 20,
+        "grid": {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]},
+        "devices_per_trial": 2,
+    }
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        result = Sweep(spec).run(tmp_path, RunConfig(progress=False, keep_going=True))
+        assert _placement_groups_left() == [], "every gang's placement group was removed"
+    finally:
+        ray.shutdown()
+    assert result.ran == 3
+    return result, _each_trial_once(tmp_path / name).set_index("seed")
+
+
+def test_a_rank_that_raises_outside_its_trial_fails_that_trial_naming_the_rank(tmp_path):
+    """Rank 1's call raises once after its part of a trial (reading its parameters' checksum, patched in
+    rank 1's process while it builds seed 1): that trial fails with a line naming rank 1, the gang is
+    formed again, and the other trials complete."""
+    action = (
+        "import ampsweep.jobs.training._data_parallel as dp\n"
+        "original = dp.parameter_checksum\n"
+        "def broken(state):\n"
+        "    dp.parameter_checksum = original\n"
+        "    raise RuntimeError('the checksum could not be read')\n"
+        "dp.parameter_checksum = broken"
+    )
+    workload, marker = _once_on_rank(tmp_path, "raises", 1, action)
+    _, trials = _gang_sweep(tmp_path, "raises", workload)
+    assert marker.exists()
+    failed = trials[trials["outcome"] == "failed"]
+    assert len(failed) == 1, trials[["outcome", "error"]]
+    error = failed["error"].iloc[0]
+    assert error.startswith("rank 1 of 2 failed outside its trial: ") and "could not be read" in error, error
+    assert (trials["outcome"] != "failed").sum() == 2
+
+
+def test_a_rank_that_blocks_forever_fails_its_trial_naming_the_rank_and_the_step(tmp_path):
+    """Rank 1's data loader blocks at its fourth batch (seed 1; the trainer draws a trial's batches before
+    its first step): rank 0 waits in step 0's all-reduce until it gives up; the trial fails naming rank 1
+    and the step, the gang is formed again, and the other trials complete."""
+    _, trials = _gang_sweep(tmp_path, "blocks", RANK_BLOCKS)
+    assert trials.loc[1, "outcome"] == "failed"
+    error = trials.loc[1, "error"]
+    assert error.startswith("rank 1 of 2 stalled before step 0: rank 0 waited for it in a collective"), error
+    assert (trials.loc[[0, 2], "outcome"] == "completed").all(), trials["error"].tolist()
+
+
+def test_a_killed_scheduler_ends_its_gang_and_the_trial_runs_again_on_a_new_one(tmp_path):
+    """Rank 0 kills the gang's MindSpore scheduler process while it builds seed 1's trial: the gang is ended
+    (its scheduler's death is watched), formed again, and the trial runs again and completes."""
+    action = (
+        "port = int(os.environ['MS_SCHED_PORT'])\n"
+        "for c in psutil.net_connections('tcp'):\n"
+        "    if c.status == 'LISTEN' and c.laddr.port == port and c.pid:\n"
+        "        os.kill(c.pid, signal.SIGKILL)"
+    )
+    workload, marker = _once_on_rank(tmp_path, "scheduler", 0, action)
+    _, trials = _gang_sweep(tmp_path, "scheduler", workload)
+    assert marker.exists()
+    assert (trials["outcome"] == "completed").all(), trials["error"].tolist()
+    assert trials.loc[1, "attempts"] == 2, trials["attempts"].tolist()
+
+
 def test_a_rank_whose_part_fails_fails_its_trial_and_the_next_trial_trains_on_a_new_gang(tmp_path):
     """Rank 1's batches break mid-trial (seed 1) while rank 0 waits for it in the step's all-reduce: that
     trial fails naming rank 1, and the trial behind it on the same gang trains what it trains on one
@@ -149,6 +256,7 @@ def test_a_rank_whose_part_fails_fails_its_trial_and_the_next_trial_trains_on_a_
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
         result = Sweep(spec).run(tmp_path, RunConfig(progress=False, keep_going=True))
+        assert _placement_groups_left() == [], "every gang's placement group was removed"
     finally:
         ray.shutdown()
     assert result.ran == 3

@@ -341,6 +341,7 @@ def run_trial(
     placement = placement or local_placement()
     started = time.perf_counter()
     target_loss: float | None = None
+    counted: _FirstBatchRows | None = None
     try:
         _check_device_support(config, placement.device_target)
         _check_group(config, group)
@@ -371,6 +372,7 @@ def run_trial(
             traceback=None if isinstance(exc, UnsupportedCombination) else traceback.format_exc(),
             wall_s=time.perf_counter() - started,
             target_loss=target_loss,
+            failed_step=None if counted is None or not counted.drawn else _global(config, counted.drawn - 1),
         )
     return TrialResult(
         config=config,
@@ -393,16 +395,19 @@ def run_trial(
 
 class _FirstBatchRows:
     """The trial's batches, passed through; ``rows`` is the first one's first axis (a rank's part on a
-    gang: the global batch is ``rows`` times the devices)."""
+    gang: the global batch is ``rows`` times the devices), ``drawn`` how many were drawn (the step a
+    failure happened in)."""
 
     def __init__(self, batches: Iterable[tuple[Any, ...]]) -> None:
         self._batches = batches
         self.rows: int | None = None
+        self.drawn = 0
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         for batch in self._batches:
             if self.rows is None and batch and len(batch[0].shape):
                 self.rows = int(batch[0].shape[0])
+            self.drawn += 1
             yield batch
 
 

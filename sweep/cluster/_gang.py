@@ -23,6 +23,7 @@ again (FACTS: "Data parallel on CPU, inside Ray actors").
 from __future__ import annotations
 
 import queue
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -102,9 +103,12 @@ class Gang:
     #: the formation's outcome: the ranks' ``info``, or the exception it ended with
     formed: Future[Any] = field(default_factory=Future)
     killed: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: re-entrant: forming sends the calls that waited while it holds the lock
+    lock: threading.RLock = field(default_factory=threading.RLock)
     #: calls sent before the ranks existed: sent as soon as they do
     waiting: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
+    #: the combined answers of the calls its ranks are running (failed at once if its scheduler dies)
+    pending: list[Future[Any]] = field(default_factory=list)
 
 
 class GangActors:
@@ -117,21 +121,29 @@ class GangActors:
         self.strategy = strategy
         self.completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self.actor_died: tuple[type[BaseException], ...] = (RayActorError, GangLost)
-        self.call_failed: tuple[type[BaseException], ...] = (RayTaskError,)
+        self.call_failed: tuple[type[BaseException], ...] = (RayTaskError, RankCallFailed)
         #: the gang of each slot: a slot's new gang ends the one it replaces
         self._gangs: dict[int, Gang] = {}
+        #: ``start`` (the pool's thread) and ``kill`` (a thread of its own) both change ``_gangs``
+        self._table = threading.Lock()
 
     # forming ------------------------------------------------------------------------------------
     def start(self, index: int, setup: DeviceSetup, options: dict[str, Any]) -> Gang:
-        old = self._gangs.pop(index, None)
+        gang = Gang(index, self.size)
+        with self._table:
+            old = self._gangs.pop(index, None)
+            self._gangs[index] = gang
         if old is not None:
             self.kill(old)
-        gang = Gang(index, self.size)
-        self._gangs[index] = gang
         threading.Thread(target=self._form, args=(gang, setup, options), daemon=True).start()
         return gang
 
     def _form(self, gang: Gang, setup: DeviceSetup, options: dict[str, Any]) -> None:
+        # MindSpore bounds the ranks' ``communication.init()`` (``MS_TOPO_TIMEOUT``); this bounds the rest
+        # (the placement group, the scheduler's address, the ranks' answers), whatever holds them up
+        timer = threading.Timer(FORM_TIMEOUT_S, lambda: _expire(gang.formed, self.size))
+        timer.daemon = True
+        timer.start()
         try:
             self._form_now(gang, setup, options)
         except BaseException as exc:  # noqa: BLE001 - the probe carries it to the pool
@@ -163,7 +175,8 @@ class GangActors:
             )
 
         host, port = ray.get(
-            ray.remote(num_cpus=0)(_scheduler_address).options(scheduling_strategy=in_bundle(0)).remote()
+            ray.remote(num_cpus=0)(_scheduler_address).options(scheduling_strategy=in_bundle(0)).remote(),
+            timeout=FORM_TIMEOUT_S,
         )
         with gang.lock:
             if gang.killed:
@@ -179,7 +192,10 @@ class GangActors:
                 )
                 .remote()
             )
-            gang.scheduler.serve.remote()
+            # its ``init()`` returns only when the cluster ends: an answer while the gang lives is its death
+            gang.scheduler.serve.remote().future().add_done_callback(
+                lambda done: self._scheduler_ended(gang, done)
+            )
             for rank in range(self.size):
                 # each rank pins its own core on CPU: the gang's ranks are its slot's n-th devices
                 rank_setup = replace(
@@ -202,6 +218,23 @@ class GangActors:
                 self._send(gang, key, args)
         infos = all_ranks([rank.info.remote() for rank in gang.ranks])
         infos.add_done_callback(lambda done: _copy(done, gang.formed))
+
+    def _scheduler_ended(self, gang: Gang, done: Future[Any]) -> None:
+        """The gang's scheduler process ended while the gang lived: its trials fail over to a new gang."""
+        if gang.killed:
+            return
+        error = done.exception()
+        why = "ended" if error is None else f"died ({type(error).__name__})"
+        lost = GangLost(f"the gang's MindSpore scheduler process {why}: its ranks can no longer communicate")
+        with gang.lock:
+            pending, gang.pending = gang.pending, []
+        for combined in pending:
+            if not combined.done():
+                try:
+                    combined.set_exception(lost)
+                except InvalidStateError:
+                    pass  # answered meanwhile
+        threading.Thread(target=self.kill, args=(gang,), daemon=True).start()
 
     def probe(self, actor: Gang) -> Any:
         key = object()
@@ -239,6 +272,8 @@ class GangActors:
         method, *rest = args
         refs = [getattr(rank, method).remote(*rest) for rank in gang.ranks]
         combined = all_ranks(refs, failed=_part_failed)
+        with gang.lock:
+            gang.pending = [f for f in gang.pending if not f.done()] + [combined]
         combined.add_done_callback(lambda done: self.completions.put((key, self._answer(gang, done))))
 
     def _answer(self, gang: Gang, done: Future[Any]) -> Future[Any]:
@@ -279,8 +314,9 @@ class GangActors:
                 actor.formed.set_exception(GangLost("the gang was ended while it formed"))
             except InvalidStateError:
                 pass  # it formed meanwhile
-        if self._gangs.get(actor.index) is actor:
-            del self._gangs[actor.index]
+        with self._table:  # a newer gang of the slot keeps its entry
+            if self._gangs.get(actor.index) is actor:
+                del self._gangs[actor.index]
 
 
 def _remove(group: Any) -> None:
@@ -316,7 +352,7 @@ def all_ranks(refs: list[Any], failed: Callable[[Any], bool] | None = None) -> F
                 return
             error = done.exception()
             if error is not None:
-                combined.set_exception(error)
+                combined.set_exception(_naming(error, rank, len(refs)))
                 return
             answers[rank] = done.result()
             left[0] -= 1
@@ -335,6 +371,31 @@ def all_ranks(refs: list[Any], failed: Callable[[Any], bool] | None = None) -> F
     for rank, ref in enumerate(refs):
         ref.future().add_done_callback(lambda done, rank=rank: one(rank, done))
     return combined
+
+
+class RankCallFailed(RuntimeError):
+    """A rank's call raised outside the trial (the trial itself is guarded): its trial fails, naming the rank."""
+
+
+def _naming(error: BaseException, rank: int, size: int) -> BaseException:
+    """A rank's call that raised, as the pool reads it: a death stays a death (the trial runs again); any
+    other exception fails the trial with a line that names the rank."""
+    from ray.exceptions import RayTaskError
+
+    if not isinstance(error, RayTaskError):
+        return error
+    text = str(error).strip()
+    return RankCallFailed(
+        f"rank {rank} of {size} failed outside its trial: {text.splitlines()[-1] if text else type(error).__name__}"
+    )
+
+
+def _expire(formed: Future[Any], size: int) -> None:
+    """A gang whose ranks have not all joined in ``FORM_TIMEOUT_S`` is lost (the pool forms it again)."""
+    try:
+        formed.set_exception(GangLost(f"its {size} ranks did not all join within {FORM_TIMEOUT_S:.0f} s"))
+    except InvalidStateError:
+        pass  # formed (or ended) in time
 
 
 def _copy(source: Future[Any], target: Future[Any]) -> None:
@@ -361,15 +422,25 @@ def differing_ranks(checksums: list[str]) -> str | None:
 
 def answer_of(done: Future[Any]) -> tuple[Future[Any], bool]:
     """What the pool reads for a trial from its ranks' combined answers (``all_ranks``), and whether its
-    ranks ended it apart (``trial_answer``)."""
+    gang must be ended before the next trial (``trial_answer``).
+
+    Any exception from a rank's call (its actor died, its method raised outside the trial) ends the
+    gang too: the other ranks may still wait in a collective that rank will never join.
+    """
     answer: Future[Any] = Future()
     try:
         result, apart = trial_answer(done.result())
     except BaseException as exc:  # noqa: BLE001 - the pool reads it off the future
         answer.set_exception(exc)
-        return answer, False
+        return answer, True
     answer.set_result(result)
     return answer, apart
+
+
+#: what a rank's error says when its collective gave up waiting (MindSpore's CPU kernels, HCCL, NCCL)
+_COLLECTIVE = re.compile(
+    r"AllReduce|AllGather|Broadcast|ReduceScatter|HCCL|NCCL|MCCL|collective", re.IGNORECASE
+)
 
 
 def _part_failed(answer: RankAnswer) -> bool:
@@ -395,9 +466,17 @@ def trial_answer(answers: list[RankAnswer | None]) -> tuple[TrialResult, bool]:
     if failed:
         apart = len(failed) < len(answers) or len({result.steps_run for _, result in failed}) > 1
         rank, first = failed[0]
-        if rank == 0:
+        silent = [r for r, a in enumerate(answers) if a is None]
+        if silent and _COLLECTIVE.search(first.error or ""):  # a rank gave up waiting for one that never came
+            where = "" if first.failed_step is None else f" before step {first.failed_step}"
+            reason = (
+                f"rank {silent[0]} of {len(answers)} stalled{where}: rank {rank} waited for it in a collective "
+                f"until that gave up ({first.error})"
+            )
+        elif rank == 0:
             return first, apart
-        reason = f"rank {rank} of {len(answers)} failed: {first.error}"
+        else:
+            reason = f"rank {rank} of {len(answers)} failed: {first.error}"
         return TrialResult.failure(first.config, reason, first.placement, wall_s=first.wall_s), apart
     result = answers[0].result if answers[0] is not None else None
     if result is None:

@@ -53,24 +53,22 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
 
 
-def gang_of(plan: SweepPlan, resolved_yaml: str) -> tuple[int, str]:
+def gang_of(plan: SweepPlan) -> tuple[int, str]:
     """The devices each trial of ``plan`` runs on and how its gang is placed (the spec's
-    ``devices_per_trial`` and ``placement_strategy``)."""
-    import yaml
-
-    spec = yaml.safe_load(resolved_yaml) or {}
-    asked = int(spec.get("devices_per_trial") or 1)
-    sizes = sorted({asked} | {trial.devices for trial in plan.trials} | {p.devices for p in plan.prefixes})
+    ``devices_per_trial`` and ``placement_strategy``, kept on the plan)."""
+    sizes = sorted(
+        {plan.devices_per_trial}
+        | {trial.devices for trial in plan.trials}
+        | {p.devices for p in plan.prefixes}
+    )
     if len(sizes) > 1:  # a gang runs trials of its own size only
         raise SpecError(
             "devices_per_trial",
             sizes[-1],
             f"every run of a sweep trains on the same number of devices, and this plan mixes "
-            f"{' and '.join(map(str, sizes))} (a start_from prefix or search: adaptive, which run on one device)",
+            f"{' and '.join(map(str, sizes))}",
         )
-    size = sizes[0] if sizes else 1
-    strategy = spec.get("placement_strategy") or "STRICT_PACK"
-    return size, str(strategy)
+    return sizes[0], plan.placement_strategy
 
 
 def run_sweep(
@@ -122,7 +120,7 @@ def run_sweep(
         # a caller that started Ray itself decided the runtime_env already
         pool.workload_ref, shipped = ship_workload(plan.workload_ref, address)
         start_ray(address, run.workers, {**(run.runtime_env or {}), **(shipped or {})} or None)
-    pool.use_gangs(*gang_of(plan, resolved_yaml))
+    pool.use_gangs(*gang_of(plan))
     pool.open()  # before anything is written: a device kind the cluster lacks is a usage error
     lock.acquire()
     try:

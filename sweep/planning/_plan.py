@@ -24,6 +24,9 @@ class SweepPlan:
     equivalent_to: dict[str, str] = field(default_factory=dict)
     #: snapshot id -> where it comes from, for every snapshot a trial starts from
     starts: dict[str, StartPoint] = field(default_factory=dict)
+    #: the devices each trial runs on (a gang above 1) and where a gang's devices may lie: the spec's
+    devices_per_trial: int = 1
+    placement_strategy: str = "STRICT_PACK"
 
     @classmethod
     def from_spec(
@@ -35,7 +38,16 @@ class SweepPlan:
     ) -> SweepPlan:
         trials = expand_grid(spec, starts)
         same = equivalents(trials, loss_only_classes)
-        return cls(spec.name, workload_ref, spec.devices, trials, same, starts_of(trials, starts))
+        return cls(
+            spec.name,
+            workload_ref,
+            spec.devices,
+            trials,
+            same,
+            starts_of(trials, starts),
+            spec.devices_per_trial,
+            spec.placement_strategy,
+        )
 
     @property
     def prefixes(self) -> list[TrialConfig]:

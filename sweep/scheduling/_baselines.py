@@ -67,4 +67,14 @@ class Baselines:
         if known is not None:
             return known
         call = next((c for c, slot in self._sent.get(config.seed, {}).items() if slot.runs(c)), None)
-        return None if call is None else PendingBaseline([call])
+        return PendingBaseline([call]) if _a_ray_reference(call) else None
+
+
+def _a_ray_reference(call: Any) -> bool:
+    """Whether ``call`` is a Ray object reference a worker can wait on: a gang's call is the pool's own
+    key for its ranks' combined answers, which no worker could resolve."""
+    if call is None:
+        return False
+    import ray
+
+    return isinstance(call, ray.ObjectRef)

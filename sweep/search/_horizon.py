@@ -327,7 +327,7 @@ class HorizonCheck:
             return None
         # no profile per round: the grid's own is the forecast, and the report shows that one
         return Batch(
-            SweepPlan(HORIZON_FOLDER, self.plan.workload_ref, self.plan.devices, trials, {}, starts),
+            replace(self.plan, name=HORIZON_FOLDER, trials=trials, equivalent_to={}, starts=starts),
             self.store.root,
         )
 

@@ -150,7 +150,18 @@ class AdaptiveSearch:
             name, planned, out = CONFIRM_FOLDER, trials, self.store.root
         same = equivalents(planned, self.workload.loss_only_classes)
         starts = starts_of(planned, self.workload.starts)
-        yield Batch(SweepPlan(name, self.workload.reference, self.spec.devices, planned, same, starts), out)
+        spec = self.spec
+        plan = SweepPlan(
+            name,
+            self.workload.reference,
+            spec.devices,
+            planned,
+            same,
+            starts,
+            spec.devices_per_trial,
+            spec.placement_strategy,
+        )
+        yield Batch(plan, out)
 
     def _evidence(
         self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
