@@ -128,17 +128,32 @@ def diagnose(
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
-    where = {"device_target": result.placement.device_target, "until_step": until_step}
+    target = result.placement.device_target
     try:
         if group is None:
             from ._localize import localize
 
-            table = localize(result.config, workload_ref, mode=mode, graphs=graphs, start=start, **where)
+            table = localize(
+                result.config,
+                workload_ref,
+                mode=mode,
+                device_target=target,
+                until_step=until_step,
+                graphs=graphs,
+                start=start,
+            )
         else:
             from ._ranks import localize_on_ranks
 
             table = localize_on_ranks(
-                result.config, workload_ref, group, mode=mode, graphs=graphs, start=start, **where
+                result.config,
+                workload_ref,
+                group,
+                mode=mode,
+                device_target=target,
+                until_step=until_step,
+                graphs=graphs,
+                start=start,
             )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()
