@@ -23,21 +23,38 @@ def _slot(*calls: object) -> Slot:
     return Slot(backend=None, index=0, calls=deque(calls))  # type: ignore[arg-type]
 
 
+def _call(number: int) -> object:
+    """A Ray object reference, as a single actor's call is (made without a running Ray)."""
+    import ray
+
+    return ray.ObjectRef(bytes(27) + bytes([number]))
+
+
 def test_a_trial_gets_the_baseline_its_actor_runs_now_and_never_one_queued_behind_another():
     baselines = Baselines()
     fp32, amp = trial_config(amp_level="O0", seed=0), trial_config(amp_level="O2", seed=0)
-    queued = _slot("other call", "queued fp32")
-    baselines.sent(fp32, "queued fp32", queued)
+    other, queued_fp32, running_fp32 = _call(1), _call(2), _call(3)
+    queued = _slot(other, queued_fp32)
+    baselines.sent(fp32, queued_fp32, queued)
     assert baselines.hint(amp) is None, "behind another call it could wait on anything"
-    running = _slot("running fp32")
-    baselines.sent(fp32, "running fp32", running)
-    assert baselines.hint(amp) == PendingBaseline(["running fp32"])
+    running = _slot(running_fp32)
+    baselines.sent(fp32, running_fp32, running)
+    assert baselines.hint(amp) == PendingBaseline([running_fp32])
     assert baselines.hint(fp32) is None, "an FP32 trial is judged by nothing"
     assert baselines.hint(trial_config(amp_level="O2", seed=1)) is None, "another seed's baseline"
-    baselines.answered(fp32, "running fp32")
+    baselines.answered(fp32, running_fp32)
     assert baselines.hint(amp) is None
     baselines.add(fp32, Baseline(0.25, reached_target=True))
     assert baselines.hint(amp) == Baseline(0.25, reached_target=True), "a known baseline goes as it is"
+
+
+def test_a_gangs_running_baseline_is_not_handed_out():
+    """A gang's call is the pool's own key for its ranks' answers, not a Ray reference a worker could wait on."""
+    baselines = Baselines()
+    fp32, amp = trial_config(amp_level="O0", seed=0), trial_config(amp_level="O2", seed=0)
+    key = object()
+    baselines.sent(fp32, key, _slot(key))
+    assert baselines.hint(amp) is None
 
 
 @pytest.mark.slow

@@ -96,6 +96,8 @@ PINNED = {
         ("inner_max_abs", "double"),
         ("intermediate_max_abs", "double"),
         ("finite", "bool"),
+        ("rank", "int64"),
+        ("ranks_broken", "int64"),
     ],
 }
 SCHEMAS = {
