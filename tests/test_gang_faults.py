@@ -30,7 +30,6 @@ pytestmark = pytest.mark.slow
 TINY = Path(__file__).parent / "workloads" / "tiny_mlp.py"
 ATTENTION = Path(__file__).parent / "workloads" / "attention_overflow.py"
 RANK_FAILS = Path(__file__).parent / "workloads" / "rank_fails.py"
-RANK_BLOCKS = Path(__file__).parent / "workloads" / "rank_blocks.py"
 
 
 def _each_trial_once(root: Path) -> pd.DataFrame:
@@ -145,9 +144,9 @@ def test_losing_the_node_under_a_gang_ends_the_run_with_a_resume_line(tmp_path):
     assert 1 <= len(committed) < 3 and (committed["devices"] == 2).all()
 
 
-def _once_on_rank(folder: Path, name: str, rank: int, action: str) -> tuple[Path, Path]:
-    """``tiny_mlp`` wrapped so that its first build of seed 1 on ``rank`` runs ``action`` (Python source,
-    with ``os``, ``signal`` and ``psutil`` imported) in that rank's process, once; and the marker it leaves."""
+def _once_on_rank(folder: Path, name: str, rank: int, action: str) -> pd.DataFrame:
+    """``_gang_sweep`` of ``tiny_mlp`` wrapped so that its first build of seed 1 on ``rank`` runs ``action``
+    (Python source, with ``os``, ``signal`` and ``psutil`` imported) in that rank's process, once."""
     marker = folder / f"{name}.done"
     wrapper = folder / f"{name}.py"
     wrapper.write_text(
@@ -160,11 +159,16 @@ def _once_on_rank(folder: Path, name: str, rank: int, action: str) -> tuple[Path
         + "".join(f"        {line}\n" for line in action.splitlines())
         + "    return tiny_make(seed, **kw)\n"
     )
-    return wrapper, marker
+    _, trials = _gang_sweep(folder, name, wrapper)
+    assert marker.exists(), "the action ran"
+    return trials
 
 
-def _gang_sweep(tmp_path: Path, name: str, workload: Path) -> tuple[Any, pd.DataFrame]:
-    """A sweep of 3 FP32 trials on gangs of 2 in a Ray of its own; no placement group may outlive it."""
+def _gang_sweep(
+    tmp_path: Path, name: str, workload: Path, **args: Any
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """A sweep of 3 FP32 trials on gangs of 2 in a Ray of its own; no placement group may outlive it.
+    Returns its spec and its trials by seed."""
     import ray
 
     from ampsweep.sweep import RunConfig, Sweep
@@ -172,6 +176,7 @@ def _gang_sweep(tmp_path: Path, name: str, workload: Path) -> tuple[Any, pd.Data
     spec = {
         "name": name,
         "workload": f"{workload}:make",
+        "workload_args": args,
         "steps": 20,
         "grid": {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]},
         "devices_per_trial": 2,
@@ -183,7 +188,7 @@ def _gang_sweep(tmp_path: Path, name: str, workload: Path) -> tuple[Any, pd.Data
     finally:
         ray.shutdown()
     assert result.ran == 3
-    return result, _each_trial_once(tmp_path / name).set_index("seed")
+    return spec, _each_trial_once(tmp_path / name).set_index("seed")
 
 
 def test_a_rank_that_raises_outside_its_trial_fails_that_trial_naming_the_rank(tmp_path):
@@ -198,9 +203,7 @@ def test_a_rank_that_raises_outside_its_trial_fails_that_trial_naming_the_rank(t
         "    raise RuntimeError('the checksum could not be read')\n"
         "dp.parameter_checksum = broken"
     )
-    workload, marker = _once_on_rank(tmp_path, "raises", 1, action)
-    _, trials = _gang_sweep(tmp_path, "raises", workload)
-    assert marker.exists()
+    trials = _once_on_rank(tmp_path, "raises", 1, action)
     failed = trials[trials["outcome"] == "failed"]
     assert len(failed) == 1, trials[["outcome", "error"]]
     error = failed["error"].iloc[0]
@@ -212,7 +215,7 @@ def test_a_rank_that_blocks_forever_fails_its_trial_naming_the_rank_and_the_step
     """Rank 1's data loader blocks at its fourth batch (seed 1; the trainer draws a trial's batches before
     its first step): rank 0 waits in step 0's all-reduce until it gives up; the trial fails naming rank 1
     and the step, the gang is formed again, and the other trials complete."""
-    _, trials = _gang_sweep(tmp_path, "blocks", RANK_BLOCKS)
+    _, trials = _gang_sweep(tmp_path, "blocks", RANK_FAILS, stall=True)
     assert trials.loc[1, "outcome"] == "failed"
     error = trials.loc[1, "error"]
     assert error.startswith("rank 1 of 2 stalled before step 0: rank 0 waited for it in a collective"), error
@@ -228,9 +231,7 @@ def test_a_killed_scheduler_ends_its_gang_and_the_trial_runs_again_on_a_new_one(
         "    if c.status == 'LISTEN' and c.laddr.port == port and c.pid:\n"
         "        os.kill(c.pid, signal.SIGKILL)"
     )
-    workload, marker = _once_on_rank(tmp_path, "scheduler", 0, action)
-    _, trials = _gang_sweep(tmp_path, "scheduler", workload)
-    assert marker.exists()
+    trials = _once_on_rank(tmp_path, "scheduler", 0, action)
     assert (trials["outcome"] == "completed").all(), trials["error"].tolist()
     assert trials.loc[1, "attempts"] == 2, trials["attempts"].tolist()
 
@@ -240,27 +241,10 @@ def test_a_rank_whose_part_fails_fails_its_trial_and_the_next_trial_trains_on_a_
     trial fails naming rank 1, and the trial behind it on the same gang trains what it trains on one
     device. Before the gang was ended on such a failure, the next trial's collectives paired with the
     waiting rank's and it failed too."""
-    import ray
-
     from ampsweep.jobs.training._trainer import run_trial
-    from ampsweep.sweep import RunConfig, Sweep
+    from ampsweep.sweep import Sweep
 
-    grid = {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]}
-    spec = {
-        "name": "rank",
-        "workload": f"{RANK_FAILS}:make",
-        "steps": 20,
-        "grid": grid,
-        "devices_per_trial": 2,
-    }
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-    try:
-        result = Sweep(spec).run(tmp_path, RunConfig(progress=False, keep_going=True))
-        assert _placement_groups_left() == [], "every gang's placement group was removed"
-    finally:
-        ray.shutdown()
-    assert result.ran == 3
-    trials = _each_trial_once(tmp_path / "rank").set_index("seed")
+    spec, trials = _gang_sweep(tmp_path, "rank", RANK_FAILS)
     assert trials.loc[1, "outcome"] == "failed"
     assert trials.loc[1, "error"] == "rank 1 of 2 failed: RuntimeError: rank 1's fourth batch is broken"
     for seed in (0, 2):

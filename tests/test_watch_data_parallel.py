@@ -20,7 +20,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "tests" / "workloads" / "dp_watch_job.py"
-ROWS_JOB = ROOT / "tests" / "workloads" / "dp_rows_job.py"
 
 
 def _free_port() -> int:
@@ -29,8 +28,8 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _msrun(job: Path, out: Path, logs: Path) -> dict[str, str]:
-    """Run ``job`` as a 2-rank msrun job on CPU; each worker's log text by file name."""
+def _msrun(out: Path, logs: Path, *job_args: str) -> dict[str, str]:
+    """Run the Watch job (``JOB``) as a 2-rank msrun job on CPU; each worker's log text by file name."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     ran = subprocess.run(
         [
@@ -40,9 +39,10 @@ def _msrun(job: Path, out: Path, logs: Path) -> dict[str, str]:
             f"--master_port={_free_port()}",
             f"--log_dir={logs}",
             "--join=True",
-            str(job),
+            str(JOB),
             str(out),
             str(ROOT),
+            *job_args,
         ],
         capture_output=True,
         text=True,
@@ -65,7 +65,7 @@ def _stops_and_lines(texts: dict[str, str]) -> tuple[list[str], list[str]]:
 @pytest.mark.slow
 def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together(tmp_path):
     out = tmp_path / "watch"
-    _stops_and_lines(_msrun(JOB, out, tmp_path / "logs"))
+    _stops_and_lines(_msrun(out, tmp_path / "logs"))
     spec = yaml.safe_load((out / "spec.yaml").read_text())
     assert spec["devices_per_trial"] == 2
     assert (out / "watch.json").is_file()
@@ -76,7 +76,7 @@ def test_rank_0_writes_the_spec_for_the_jobs_group_and_every_rank_stops_together
 def test_a_failure_that_starts_in_rank_1s_rows_is_named_on_rank_1(tmp_path):
     """Every rank replays its own part: a rank-0-only replay would find nothing here."""
     out = tmp_path / "watch"
-    _, said = _stops_and_lines(_msrun(ROWS_JOB, out, tmp_path / "logs"))
+    _, said = _stops_and_lines(_msrun(out, tmp_path / "logs", "rows"))
     report = json.loads((out / "watch.json").read_text())
     assert (report["class"], report["cell"], report["rank"]) == ("MultiheadAttention", "attn", 1), report
     assert report["ranks_broken"] == 1

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ampsweep.contracts import ANOMALIES_SCHEMA, FLOAT16_MAX
+from ampsweep.contracts import ANOMALIES_SCHEMA, FLOAT16_MAX, dtype_name
 
 from .._model import Localization
 from ._load import files_by_trial, resolve
@@ -112,7 +112,7 @@ def localizations(
 
 
 def _dtype(text: str) -> str:
-    return text.lower().replace("mindspore.", "") or "low precision"
+    return dtype_name(text) or "low precision"
 
 
 def _num(value: float | None) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import Configuration, clip_name
+from ampsweep.contracts import Configuration, clip_name, dtype_name
 
 from .._model import (
     ClipLine,
@@ -273,7 +273,7 @@ def _cell_maxima(row: pd.Series) -> tuple[str, tuple[tuple[str, float], ...], tu
     if not locs:
         return "", (), None
     loc = locs[0]
-    dtype = (loc.output_dtype or "float16").lower().replace("mindspore.", "")
+    dtype = dtype_name(loc.output_dtype) or "float16"
     bars = []
     for name, value in (
         (f"inputs ({dtype})", loc.input_max_abs),

@@ -128,33 +128,19 @@ def diagnose(
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
-    target = result.placement.device_target
+    from ._localize import localize
+
     try:
-        if group is None:
-            from ._localize import localize
-
-            table = localize(
-                result.config,
-                workload_ref,
-                mode=mode,
-                device_target=target,
-                until_step=until_step,
-                graphs=graphs,
-                start=start,
-            )
-        else:
-            from ._ranks import localize_on_ranks
-
-            table = localize_on_ranks(
-                result.config,
-                workload_ref,
-                group,
-                mode=mode,
-                device_target=target,
-                until_step=until_step,
-                graphs=graphs,
-                start=start,
-            )
+        table = localize(
+            result.config,
+            workload_ref,
+            mode=mode,
+            device_target=result.placement.device_target,
+            until_step=until_step,
+            graphs=graphs,
+            start=start,
+            group=group,
+        )
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()
     table = _global_steps(table, result.config.start_step)

@@ -52,22 +52,23 @@ if TYPE_CHECKING:
 ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
 
 
-def localize_on_ranks(
+def on_ranks(
     config: TrialConfig,
     workload_ref: str,
     group: RankGroup,
-    *,
     mode: str,
-    device_target: str = "CPU",
-    until_step: int | None = None,
-    graphs: GraphCache | None = None,
-    start: Mapping[str, Any] | None = None,
+    where: tuple[str, int | None],
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
 ) -> pa.Table:
     """``localize`` on one rank of a gang, called on every rank at once: this rank's finding, 0 or 1 rows.
 
-    Every rank runs the same compiled steps (see the module docstring); a rank
-    whose part stayed finite returns no row but ran its share of them.
+    ``where``: the device target (for the note) and the jitted run's first
+    non-finite step. Every rank runs the same compiled steps (see the module
+    docstring); a rank whose part stayed finite returns no row but ran its
+    share of them.
     """
+    device_target, until_step = where
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:
@@ -213,4 +214,4 @@ def _departure(
     return found
 
 
-__all__ = ["localize_on_ranks"]
+__all__ = ["on_ranks"]

@@ -75,7 +75,6 @@ def localize_from(
     finding is this rank's (``first_of_ranks`` merges them).
     """
     from ..localization._localize import localize
-    from ..localization._ranks import localize_on_ranks
     from ..training._snapshot import read_checkpoint, snapshot_id
 
     start, start_from, params = 0, None, None
@@ -90,9 +89,7 @@ def localize_from(
     compiled_step = None
     if group is not None:
         # the ranks' compiled replay runs to where it breaks first, then each rank looks there
-        table = localize_on_ranks(
-            config, workload, group, mode="nonfinite", until_step=limit - 1, start=params
-        )
+        table = localize(config, workload, mode="nonfinite", until_step=limit - 1, start=params, group=group)
     else:
         # The user's graph and the replay's round float16 differently, so the replay may break a few
         # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.

@@ -1,6 +1,9 @@
 """One rank of a 2-rank data-parallel job (msrun on CPU) whose loss breaks under O2, with a Watch on every rank.
 
-Run by tests/test_watch_data_parallel.py: ``msrun ... dp_watch_job.py OUT ROOT``.
+Run by tests/test_watch_data_parallel.py: ``msrun ... dp_watch_job.py OUT ROOT [rows]``. By default every
+rank trains ``watch_overflow`` on the whole batch; with ``rows`` the factory (``rows_overflow``, whose
+overflow starts in the second half of each batch) yields the global batch and rank r trains on part r,
+as a sweep's gang does.
 """
 
 import sys
@@ -8,21 +11,28 @@ from pathlib import Path
 
 import mindspore as ms
 from mindspore import amp, nn
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_group_size, get_rank, init
 
 import ampsweep
 from ampsweep.jobs import build_workload
 
 out = Path(sys.argv[1])
 root = Path(sys.argv[2])
+rows = sys.argv[3:] == ["rows"]
 ms.set_device("CPU")
 init()
 ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+rank, size = get_rank(), get_group_size()
 
-OVERFLOW = f"{root / 'tests' / 'workloads' / 'watch_overflow.py'}:make"
-watch = ampsweep.Watch(workload=OVERFLOW, out=out, snapshot_every=20, planned_steps=200)
+name, args, every, steps = (
+    ("rows_overflow", {"ramp": 30}, 5, 100) if rows else ("watch_overflow", {}, 20, 200)
+)
+WORKLOAD = f"{root / 'tests' / 'workloads' / name}.py:make"
+watch = ampsweep.Watch(
+    workload=WORKLOAD, workload_args=args, out=out, snapshot_every=every, planned_steps=steps
+)
 ms.set_seed(0)
-workload = build_workload(OVERFLOW, 0, {})
+workload = build_workload(WORKLOAD, 0, args)
 network = amp.auto_mixed_precision(workload.network, "O2")
 optimizer = workload.optimizer(network.trainable_params())
 reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True)
@@ -34,9 +44,10 @@ def forward(x, y):
 
 grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 with watch:
-    for step, (x, y) in zip(range(200), workload.batches):
-        loss, grads = grad_fn(ms.Tensor(x), ms.Tensor(y))
+    for step, (x, y) in zip(range(steps), workload.batches):
+        part = slice(rank * len(x) // size, (rank + 1) * len(x) // size) if rows else slice(None)
+        loss, grads = grad_fn(ms.Tensor(x[part]), ms.Tensor(y[part]))
         optimizer(reducer(grads))
         if watch.step(step, loss, network=network, optimizer=optimizer):
             break
-print(f"rank {get_rank()} group {watch.group_size} stopped at {watch.first_nonfinite_step}", flush=True)
+print(f"rank {rank} group {watch.group_size} stopped at {watch.first_nonfinite_step}", flush=True)
