@@ -30,6 +30,7 @@ from ampsweep.contracts import (
     trial_verdict,
 )
 
+from .._config import TrialConfig
 from .._result import Outcome, TrialResult
 from ..training._baseline import Hint, resolve_baseline
 from ..training._capture import loss_ok
@@ -128,19 +129,9 @@ def diagnose(
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
-    from ._localize import localize
-
     try:
-        table = localize(
-            result.config,
-            workload_ref,
-            mode=mode,
-            device_target=result.placement.device_target,
-            until_step=until_step,
-            graphs=graphs,
-            start=start,
-            group=group,
-        )
+        where = (result.placement.device_target, until_step)
+        table = replayed(result.config, workload_ref, mode, where, graphs, start, group)
     except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
         return ANOMALIES_SCHEMA.empty_table()
     table = _global_steps(table, result.config.start_step)
@@ -150,6 +141,37 @@ def diagnose(
             index, table.schema.field(index), pa.array([value] * table.num_rows, pa.int64())
         )
     return table
+
+
+def replayed(
+    config: TrialConfig,
+    workload_ref: str,
+    mode: str,
+    where: tuple[str, int | None],
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None,
+) -> pa.Table:
+    """``localize`` on one device, or this rank's part on a gang (every rank at once: ``_ranks.on_ranks``).
+
+    ``where``: the device target (for the note) and the jitted run's first non-finite step.
+    """
+    if group is not None:
+        from ._ranks import on_ranks
+
+        return on_ranks(config, workload_ref, group, mode, where, graphs, start)
+    from ._localize import localize
+
+    device_target, until_step = where
+    return localize(
+        config,
+        workload_ref,
+        mode=mode,
+        device_target=device_target,
+        until_step=until_step,
+        graphs=graphs,
+        start=start,
+    )
 
 
 def merge_ranks(tables: list[pa.Table]) -> pa.Table:

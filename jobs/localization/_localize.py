@@ -53,7 +53,6 @@ import pyarrow as pa
 from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from .._config import TrialConfig
-from ..training._data_parallel import RankGroup
 from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin
 from ._hooks import CellProbe, Event
 from ._inside import replay_inside
@@ -328,7 +327,6 @@ def localize(
     until_step: int | None = None,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
-    group: RankGroup | None = None,
 ) -> pa.Table:
     """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
 
@@ -343,15 +341,10 @@ def localize(
     ``start``: the parameters of the snapshot a forked trial starts from.
     ``device_target`` only goes into the note: the caller (the
     actor) has already selected the device; no backend-specific tool is used.
-    ``group``: this rank's place in a gang whose every rank localizes at once
-    (``jobs.localization._ranks``): the row is this rank's part's finding.
+    On a gang, ``jobs.localization._diagnose.replayed`` calls ``_ranks.on_ranks`` instead.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    if group is not None:  # this rank's part of a gang's trial, every rank at once
-        from ._ranks import on_ranks
-
-        return on_ranks(config, workload_ref, group, mode, (device_target, until_step), graphs, start)
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:

@@ -74,7 +74,9 @@ def localize_from(
     own part of the global batch at once (``jobs.localization._ranks``); the
     finding is this rank's (``first_of_ranks`` merges them).
     """
-    from ..localization._localize import localize
+    import mindspore as ms
+
+    from ..localization._diagnose import replayed
     from ..training._snapshot import read_checkpoint, snapshot_id
 
     start, start_from, params = 0, None, None
@@ -87,15 +89,16 @@ def localize_from(
     limit = until + 1 + RETRY_STEPS
     config = _config(workload, workload_args, seed, policy, limit, start, start_from)
     compiled_step = None
+    target = str(ms.get_context("device_target"))
     if group is not None:
         # the ranks' compiled replay runs to where it breaks first, then each rank looks there
-        table = localize(config, workload, mode="nonfinite", until_step=limit - 1, start=params, group=group)
+        table = replayed(config, workload, "nonfinite", (target, limit - 1), None, params, group)
     else:
         # The user's graph and the replay's round float16 differently, so the replay may break a few
         # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
         compiled_at = _first_nonfinite_compiled(config, workload, limit, params)
         look_at = until if compiled_at is None else compiled_at
-        table = localize(config, workload, mode="nonfinite", until_step=look_at, start=params)
+        table = replayed(config, workload, "nonfinite", (target, look_at), None, params, None)
         compiled_step = None if compiled_at is None else start + compiled_at
     if table.num_rows == 0:
         return Finding(
