@@ -196,4 +196,4 @@ def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
     assert "Use O2, set softmax_dtype=float32, no clip." in report
     assert "on 2 devices per trial: data parallel, global batch 16" in report
     assert "Held to step 60" in report
-    assert "a trial on 2 devices is not replayed" in report
+    assert "is not replayed" not in report, "a trial on a gang is localized on its ranks (issue 53)"
