@@ -55,8 +55,8 @@ class _Replay:
     Built exactly as ``run_trial`` builds a trial (seed, then the factory, then
     ``apply_amp`` on ``NetworkWithLoss``, then the optimizer over the cast
     network's parameters), so the weights and batches are the trial's own.
-    On a rank of a gang (``group``) its batches are that rank's part of each
-    global batch, as the trial's were.
+    On a rank of a gang (``group``) its batches are that rank's part of the
+    batches the workload yields, as the trial's were.
     """
 
     def __init__(
