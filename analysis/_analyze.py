@@ -19,7 +19,7 @@ import pandas as pd
 from ampsweep.contracts import HorizonLog
 
 from ._model import KindAnalysis, Recommendation, SweepAnalysis
-from .compute._anomalies import read_anomalies
+from .compute._anomalies import by_cause, read_anomalies
 from .compute._configs import config_scores
 from .compute._criteria import RankContext
 from .compute._evidence import kind_recommendation
@@ -32,6 +32,7 @@ from .compute._scores import fp32_reference, trial_scores
 from .compute._side_files import read_horizon, read_profile, read_search, read_spec_file
 from .wording._answer import answer_lines
 from .wording._code import recommendation_code
+from .wording._faults import unlocalized_lines
 from .wording._held import past_the_horizon
 from .wording._labels import label_columns
 
@@ -70,22 +71,19 @@ def _rank_kind(
     anomalies: pd.DataFrame,
     figures: bool,
     horizon: HorizonLog | None = None,
+    unlocalized: pd.DataFrame | None = None,
 ) -> KindAnalysis:
     reference = fp32_reference(scores)
     ctx = RankContext(speed_decides=speed_decides(kind, scores))
     ranking = label_columns(rank_configs(config_scores(scores, anomalies), reference, ctx))
     recorded = bool(scores["loss_placement_recorded"].any())
+    rec = kind_recommendation(ranking, scores, ctx, recorded, _learning_rate(sweep_dir))
+    rec.undecided += unlocalized_lines(unlocalized if unlocalized is not None else pd.DataFrame(), scores)
     return KindAnalysis(
         device_kind=kind,
         ranking=ranking,
         reference=reference,
-        recommendation=_worded(
-            kind_recommendation(ranking, scores, ctx, recorded, _learning_rate(sweep_dir)),
-            ranking,
-            scores,
-            recorded,
-            horizon,
-        ),
+        recommendation=_worded(rec, ranking, scores, recorded, horizon),
         speed_decides=ctx.speed_decides,
         figures=figure_data(sweep_dir, ranking, scores) if figures else None,
     )
@@ -123,9 +121,18 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     # judged against FP32 only up to where FP32 broke, on the seeds where it did (the search judges alike)
     scores = trial_scores(sweep_dir, trials)
     ranked = scores[scores["ranked"]]
-    anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
+    read = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
+    anomalies, unlocalized = by_cause(read)
     kinds = [
-        _rank_kind(sweep_dir, str(kind), scores[scores["device_kind"] == kind], anomalies, figures, horizon)
+        _rank_kind(
+            sweep_dir,
+            str(kind),
+            scores[scores["device_kind"] == kind],
+            anomalies,
+            figures,
+            horizon,
+            unlocalized,
+        )
         for kind in sorted(set(ranked["device_kind"]))
     ]
     rankings = [k.ranking for k in kinds if not k.ranking.empty]

@@ -71,6 +71,9 @@ class InProcessActors:
     def kill(self, actor: NoopTrialWorker) -> None:
         pass
 
+    def ended(self, actor: NoopTrialWorker) -> bool:
+        return False
+
 
 class QuietCluster:
     """A cluster watch that never finds a problem (there is no cluster)."""

@@ -17,11 +17,13 @@ from .profiling._profile import CellProfile, Profile, profile
 from .training._amp import known_layer_types, network_cell_types
 from .training._baseline import Baseline, Hint, PendingBaseline
 from .training._clip_copy import clip_engages, same_run_with_clip
+from .training._data_parallel import LOCALIZING
 from .training._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
 from .training._trainer import mindspore_version
 
 __all__ = [
     "Baseline",
+    "LOCALIZING",
     "CellProfile",
     "DeviceSetup",
     "Hint",

@@ -33,15 +33,19 @@ class RankAnswer:
     """One rank's answer for its part of a data-parallel trial (``TrialWorker.run_rank``).
 
     ``result``: rank 0's, or the failure of a rank whose part failed; None
-    elsewhere (the tables come from rank 0). ``checksum``: the parameters the
-    trial ended with (empty when it failed), equal on ranks that trained
+    elsewhere (the tables come from rank 0), but the rank's own where it left
+    its peers (``apart``). ``checksum``: the parameters the trial trained to,
+    taken before any replay (empty when it failed), equal on ranks that trained
     together. ``anomalies``: this rank's finding, which the driver merges
-    (``merge_ranks``).
+    (``merge_ranks``). ``apart``: this rank's replay raised where its peers may
+    still wait in a collective; the trial's result stands, and the gang is
+    formed again before its next trial.
     """
 
     result: TrialResult | None
     checksum: str
     anomalies: pa.Table = field(default_factory=ANOMALIES_SCHEMA.empty_table)
+    apart: bool = False
 
 
 @dataclass

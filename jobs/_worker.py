@@ -81,22 +81,7 @@ class TrialWorker:
         but far worse than FP32) from a healthy trial. ``start`` is the
         snapshot a forked trial starts from (checkpoint bytes).
         """
-        from .localization._diagnose import diagnose
-        from .training._trainer import run_trial
-
-        workload_ref = self._here(workload_ref)
-        params = (
-            self.snapshots.read(config.start_from, start) if start is not None and config.start_from else None
-        )
-        started_at = datetime.now(timezone.utc)
-        result = run_trial(config, workload_ref, self.placement, self.graphs, params, self.group)
-        # a replay must retrace the trial bit for bit; on a gang every rank replays its own part at once
-        if config.localize and self.setup.exact_reruns:
-            replay_started = time.perf_counter()
-            result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params, self.group)
-            result.diagnose_s = time.perf_counter() - replay_started
-        result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
-        return result
+        return self._trial(config, workload_ref, baseline, start)[0]
 
     def run_rank(
         self,
@@ -112,13 +97,46 @@ class TrialWorker:
         alone. The checksum of the parameters the trial ended with lets the
         gang tell ranks that trained apart.
         """
-        from .training._data_parallel import parameter_checksum
-
-        result = self.run(config, workload_ref, baseline, start)
-        step = self.graphs.held(config, self._here(workload_ref))
-        checksum = parameter_checksum(step.named_state()) if step is not None and not result.error else ""
+        if self.group is not None:
+            self.group.progress.begin_call()
+        result, checksum, apart = self._trial(config, workload_ref, baseline, start)
         rank = self.group.rank if self.group is not None else 0
-        return RankAnswer(result if rank == 0 or result.error else None, checksum, result.anomalies)
+        keep = rank == 0 or bool(result.error) or apart
+        return RankAnswer(result if keep else None, checksum, result.anomalies, apart)
+
+    def progress(self) -> tuple[int, int, int, float | None]:
+        """How far this rank is in its current call (``Progress.reading``); the gang's driver calls it in a
+        concurrency group of its own while ``run_rank`` trains."""
+        return self.group.progress.reading() if self.group is not None else (0, 0, -1, None)
+
+    def _trial(
+        self, config: TrialConfig, workload_ref: str, baseline: Hint, start: bytes | None
+    ) -> tuple[TrialResult, str, bool]:
+        """Train, take the trained parameters' checksum (before any replay: the replay runs on the same
+        graph), then localize a broken trial."""
+        from .localization._diagnose import RanksApart, diagnose
+        from .training._data_parallel import parameter_checksum
+        from .training._trainer import run_trial
+
+        workload_ref = self._here(workload_ref)
+        params = (
+            self.snapshots.read(config.start_from, start) if start is not None and config.start_from else None
+        )
+        started_at = datetime.now(timezone.utc)
+        result = run_trial(config, workload_ref, self.placement, self.graphs, params, self.group)
+        step = self.graphs.held(config, workload_ref) if self.group is not None else None
+        checksum = parameter_checksum(step.named_state()) if step is not None and not result.error else ""
+        apart = False
+        # a replay must retrace the trial bit for bit; on a gang every rank replays its own part at once
+        if config.localize and self.setup.exact_reruns:
+            replay_started = time.perf_counter()
+            try:
+                result.anomalies = diagnose(result, workload_ref, baseline, self.graphs, params, self.group)
+            except RanksApart as exc:
+                result.anomalies, apart = exc.table, True
+            result.diagnose_s = time.perf_counter() - replay_started
+        result.started_at, result.finished_at = started_at, datetime.now(timezone.utc)
+        return result, checksum, apart
 
     def profile(
         self,

@@ -93,12 +93,15 @@ from ._search import (
 )
 from ._tables import (
     ANOMALIES_SCHEMA,
+    CAUSES,
     COLUMN_DOCS,
     FP32_CELLS_MECHANISM,
     LAYERS_SCHEMA,
+    NUMERICS,
     STEPS_SCHEMA,
     TABLE_SCHEMAS,
     TRIALS_SCHEMA,
+    UNKNOWN,
     error_line,
 )
 from ._verdict import (
@@ -134,6 +137,9 @@ __all__ = [
     "decode_search",
     "encode_search",
     "ANOMALIES_SCHEMA",
+    "CAUSES",
+    "NUMERICS",
+    "UNKNOWN",
     "FINAL_FRACTION",
     "LAYERS_SCHEMA",
     "LOCK_FILE",

@@ -126,8 +126,14 @@ ANOMALIES_SCHEMA = pa.schema(
         ("finite", pa.bool_()),  # the offending tensor held no inf/NaN: where precision was lost upstream
         ("rank", pa.int64()),  # the rank whose part of the global batch broke first (0 on one device)
         ("ranks_broken", pa.int64()),  # how many ranks' parts broke at that step (1 on one device)
+        ("cause", pa.string()),  # numerics | unknown (``CAUSES``)
     ]
 )
+
+#: Why a trial went non-finite, as its ``anomalies`` row says: ``numerics``, the replay named the Cell;
+#: ``unknown``, the localization could not decide (it failed: the note says where and why).
+NUMERICS, UNKNOWN = "numerics", "unknown"
+CAUSES = (NUMERICS, UNKNOWN)
 
 #: Folder name -> schema of every per-trial table (``trials`` is one file per trial).
 TABLE_SCHEMAS = {
@@ -243,9 +249,12 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "step where a Cell after it went non-finite (precision lost here, the overflow further on); null in "
         "sweeps written before this column",
         "rank": "on a gang (`devices_per_trial` > 1), the rank whose part of the global batch the Cell broke on "
-        "first (the lowest such rank at the earliest step); 0 on one device; null in sweeps written before this column",
-        "ranks_broken": "how many ranks' parts broke in a Cell at that step (1 on one device); null in sweeps "
-        "written before this column",
+        "first, in the order one device looks (the step, forward before backward, then the lowest rank), or "
+        "the rank whose localization failed; 0 on one device; null in sweeps written before this column",
+        "ranks_broken": "how many ranks' parts broke at that step in that phase (1 on one device); null in "
+        "sweeps written before this column",
+        "cause": "`numerics`: the replay named the Cell; `unknown`: the localization failed (`note` says on which "
+        "rank and why; no Cell is named); null in sweeps written before this column",
     },
 }
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from ampsweep.contracts import ANOMALIES_SCHEMA, FLOAT16_MAX, dtype_name
+from ampsweep.contracts import ANOMALIES_SCHEMA, FLOAT16_MAX, NUMERICS, dtype_name
 
 from .._model import Localization
 from ._load import files_by_trial, resolve
@@ -45,6 +45,15 @@ def read_anomalies(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
     # the first Cell caught per trial is the culprit; later rows are consequences
     out = out.sort_values(["trial_id", "replay_step"], kind="stable", na_position="last")
     return out.drop_duplicates("trial_id", keep="first").reset_index(drop=True)
+
+
+def by_cause(anomalies: pd.DataFrame | None) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+    """The rows that name a Cell (cause ``numerics``, or none recorded: older sweeps) and the others
+    (a localization that failed), which no configuration is judged by."""
+    if anomalies is None:
+        return None, pd.DataFrame({"trial_id": [], "note": []})
+    named = anomalies["cause"].isna() | (anomalies["cause"] == NUMERICS)
+    return anomalies[named].reset_index(drop=True), anomalies[~named].reset_index(drop=True)
 
 
 def _median(values: pd.Series) -> float | None:

@@ -21,6 +21,7 @@ from ..compute._heatmap import divergence_grids
 from ..compute._steps import SPIKE_FACTOR, SPIKE_WINDOW
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from ._captions import FAILURE_CAPTION, HEATMAP_CAPTION
+from ._faults import trial_label
 from ._profile import profile_section
 from ._search import search_section
 
@@ -331,24 +332,19 @@ def _evidence(kind: KindAnalysis, suffix: str) -> list[Section]:
     return out
 
 
-def _trial(row: dict) -> str:
-    """A trial as the failures list names it: 'O2 · no clip · seed 0'."""
-    return Configuration.from_row(row).trial_name("unknown" if pd.isna(row["seed"]) else int(row["seed"]))
-
-
 def _failures(a: SweepAnalysis) -> Section:
     scores = a.scores
     failed = scores[scores["outcome"] == "failed"]
     diverged = scores[scores["outcome"] == "diverged"]
     section = Section("Failures")
     items = [
-        f"`{row['trial_id']}` {_trial(row)}: `{first_line(row['error']) or 'no error message recorded'}`"
+        f"`{row['trial_id']}` {trial_label(row)}: `{first_line(row['error']) or 'no error message recorded'}`"
         for row in failed.to_dict("records")
     ]
     section.blocks.append(Bullets(tuple(items)) if items else Paragraph("No trial failed with an exception."))
     if len(diverged):
         rows = [
-            f"`{row['trial_id']}` {_trial(row)}: first non-finite step "
+            f"`{row['trial_id']}` {trial_label(row)}: first non-finite step "
             + ("-" if pd.isna(row["first_nonfinite"]) else str(int(row["first_nonfinite"])))
             for row in diverged.head(50).to_dict("records")
         ]

@@ -6,7 +6,9 @@ it failed (past the steps a dynamic scaler skipped: those are its work); a trial
 stayed finite but learned clearly worse than its FP32 baseline — the driver
 passes that baseline (``jobs.Baseline``) when it has one — is replayed side by side
 with FP32. A replay that itself fails never fails the trial: the trial's own
-result stands, with no anomaly row.
+result stands, with one row of cause ``unknown`` that says where the
+localization failed and why (the report lists it under what the sweep could
+not decide).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import pyarrow.compute as pc
 from ampsweep.contracts import (
     ANOMALIES_SCHEMA,
     FP32_LEVEL,
+    NUMERICS,
     TARGET_FROM_FP32,
+    UNKNOWN,
     LearningEvidence,
     Verdict,
     parse_loss_scale,
@@ -34,6 +38,8 @@ from .._config import TrialConfig
 from .._result import Outcome, TrialResult
 from ..training._baseline import Hint, resolve_baseline
 from ..training._capture import loss_ok
+from ..training._data_parallel import PeerFailed
+from ._localize import finding_order
 
 if TYPE_CHECKING:
     from ..training._data_parallel import RankGroup
@@ -129,18 +135,42 @@ def diagnose(
     if wanted is None:
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
+    rank = 0 if group is None else group.rank
     try:
         where = (result.placement.device_target, until_step)
         table = replayed(result.config, workload_ref, mode, where, graphs, start, group)
-    except Exception:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
-        return ANOMALIES_SCHEMA.empty_table()
+    except PeerFailed as exc:  # every rank raised here together: the gang is still in step
+        return _failed(mode, f"localization failed on {exc}", exc.rank)
+    except Exception as exc:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
+        failed = _failed(mode, f"localization failed{_on_rank(group)}: {type(exc).__name__}: {exc}", rank)
+        if group is not None:  # its peers may wait in a collective this rank left: form the gang again
+            raise RanksApart(failed) from exc
+        return failed
     table = _global_steps(table, result.config.start_step)
-    for column, value in (("rank", 0 if group is None else group.rank), ("ranks_broken", 1)):
+    for column, value in (("rank", rank), ("ranks_broken", 1), ("cause", NUMERICS)):
         index = table.schema.get_field_index(column)
-        table = table.set_column(
-            index, table.schema.field(index), pa.array([value] * table.num_rows, pa.int64())
-        )
+        field = table.schema.field(index)
+        table = table.set_column(index, field, pa.array([value] * table.num_rows, field.type))
     return table
+
+
+def _on_rank(group: RankGroup | None) -> str:
+    return "" if group is None else f" on rank {group.rank} of {group.size}"
+
+
+def _failed(mode: str, why: str, rank: int) -> pa.Table:
+    """The one row of a localization that failed: cause ``unknown``, no Cell, the first line of why."""
+    row = {"kind": mode, "cause": UNKNOWN, "note": why.splitlines()[0], "rank": rank, "ranks_broken": 1}
+    return pa.Table.from_pylist([row], schema=ANOMALIES_SCHEMA)
+
+
+class RanksApart(RuntimeError):
+    """A rank's replay raised where its peers did not agree to stop (in a collective, say): its gang may
+    be out of step and is formed again; ``table`` is the row that says the localization failed."""
+
+    def __init__(self, table: pa.Table) -> None:
+        super().__init__(table.column("note")[0].as_py())
+        self.table = table
 
 
 def replayed(
@@ -174,14 +204,22 @@ def replayed(
     )
 
 
-def merge_ranks(tables: list[pa.Table]) -> pa.Table:
-    """A gang's finding from its ranks' (``diagnose`` on each): the earliest step, then the lowest rank,
-    with how many ranks' parts broke at that step."""
+def merge_ranks(tables: list[pa.Table], dynamic: bool) -> pa.Table:
+    """A gang's finding from its ranks' (``diagnose`` on each): the one a single device gives
+    (``finding_order``: the step, forward before backward, a dynamic scaler's backward-only fallback
+    last, then the lowest rank), with how many ranks' parts broke at that step in that phase. With no
+    Cell named on any rank, a failed localization's row: the failing rank's, which says why."""
     rows = [row for table in tables for row in table.to_pylist()]
-    if not rows:
-        return ANOMALIES_SCHEMA.empty_table()
-    first = min(rows, key=lambda row: (row["replay_step"], row["rank"]))
-    first["ranks_broken"] = sum(row["replay_step"] == first["replay_step"] for row in rows)
+    found = [row for row in rows if row["cause"] != UNKNOWN]
+    if not found:
+        failed = sorted(rows, key=lambda row: -len(row["note"] or ""))
+        return pa.Table.from_pylist(failed[:1], schema=ANOMALIES_SCHEMA)
+
+    def order(row: dict[str, Any]) -> tuple[int, int, int, int]:
+        return finding_order(row["replay_step"], row["phase"], row["rank"], dynamic)
+
+    first = min(found, key=order)
+    first["ranks_broken"] = sum(order(row)[:3] == order(first)[:3] for row in found)
     return pa.Table.from_pylist([first], schema=ANOMALIES_SCHEMA)
 
 

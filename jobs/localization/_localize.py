@@ -241,6 +241,17 @@ class _Look:
         return finding
 
 
+def finding_order(step: int, phase: str | None, rank: int | None, dynamic: bool) -> tuple[int, int, int, int]:
+    """Where a finding stands in the order one device looks (``_Look``), ranks last: the key that merges a
+    gang's findings (``merge_ranks``, Watch's ``first_of_ranks``) into the one a single device gives.
+
+    A device looks step by step, forward before backward; under a dynamic loss scaler a backward-only
+    overflow is a fallback that any forward culprit, at any later step, beats.
+    """
+    backward = phase != "forward"
+    return (int(dynamic and backward), step, int(backward), rank or 0)
+
+
 def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
     if policy.shape != fp32.shape:
         return float("nan")
@@ -398,4 +409,11 @@ def finished(mode: str, found: tuple[_Finding, float] | None, device_target: str
     return _table([_row(mode, finding, zero_fraction)])
 
 
-__all__ = ["localize", "MODES", "FP32_ITSELF_NOTE", "REL_ERROR_THRESHOLD", "DEPARTURE_CHECKS"]
+__all__ = [
+    "localize",
+    "finding_order",
+    "MODES",
+    "FP32_ITSELF_NOTE",
+    "REL_ERROR_THRESHOLD",
+    "DEPARTURE_CHECKS",
+]

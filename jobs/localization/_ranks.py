@@ -14,15 +14,19 @@ run on the trial's own compiled graph, which reduces across the ranks as the
 trial did, so its parameters are the trial's bit for bit. Every rank must run
 as many of them as the others (a rank left out would wait in the reduction):
 whether to go on is read from the reduced loss and gradient norm, the same on
-every rank, never from a rank's own finding. The driver merges the ranks'
-findings into the first (step, rank) (``jobs.localization._diagnose.merge_ranks``).
+every rank, never from a rank's own finding. What a rank does on its own
+(building the replay, drawing a batch, the hooked look) is followed by one
+agreement (``_together``): a rank whose part raised makes every rank raise
+there, before any of them enters a collective the failed one would skip. The
+driver merges the ranks' findings as one device orders them
+(``jobs.localization._diagnose.merge_ranks``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +34,7 @@ import pyarrow as pa
 from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
-from ..training._data_parallel import RankGroup
+from ..training._data_parallel import LOCALIZING, RankGroup, agree
 from ..training._starts import start_key
 from ._fp32_twin import graph_for, hooked_twin_step
 from ._hooks import CellProbe
@@ -50,6 +54,35 @@ if TYPE_CHECKING:
 
 #: whose step a gang's ``replay_step`` is: the trial's own, looked at on one rank's part
 ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
+
+_T = TypeVar("_T")
+
+
+def _together(group: RankGroup, step: int, work: Callable[[], _T]) -> _T:
+    """``work()``, this rank's own part of replay step ``step``; then every rank learns whether any
+    rank's part raised, and all raise together (``agree``) or all go on."""
+    group.progress.reached(step, LOCALIZING)
+    try:
+        value = work()
+    except Exception as exc:  # noqa: BLE001 - handed to every rank by ``agree``, which raises it
+        agree(group, exc)
+        raise
+    agree(group, None)
+    return value
+
+
+def _graph(
+    config: TrialConfig,
+    workload_ref: str,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> CompiledStep:
+    """The trial's graph on this rank; a rank that cannot build it fails every rank's replay."""
+    compiled = graph_for(config, workload_ref, graphs, start, group)
+    if compiled is None:
+        raise RuntimeError(f"the workload could not be built for the replay of {config.trial_id}")
+    return compiled
 
 
 def on_ranks(
@@ -72,9 +105,7 @@ def on_ranks(
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:
-        compiled = graph_for(config, workload_ref, graphs, start, group)
-        if compiled is None:
-            return finished(mode, None, device_target, started)
+        compiled = _together(group, -1, lambda: _graph(config, workload_ref, graphs, start, group))
         if mode == "departure":
             found = _departure(config, workload_ref, compiled, graphs, start, group)
             return finished(mode, found, device_target, started)
@@ -114,26 +145,34 @@ def _nonfinite(
     """This rank's culprit from the trial's first broken step on, and the last step looked at (the same
     on every rank; -1: none)."""
     first = 0 if until_step is None else max(0, min(until_step, limit))
-    replay = _Replay(config, workload_ref, limit, start, group)
-    _starting(replay, compiled, graphs, workload_ref)
+    replay = _together(
+        group, -1, lambda: _started(config, workload_ref, limit, start, compiled, graphs, group)
+    )
     early = replay.steps_on(compiled, first)
     if early is not None:  # the graph broke before the trial did: look from that step, from the start again
-        replay.restart(config, workload_ref, limit, start)
-        _starting(replay, compiled, graphs, workload_ref)
+        _together(group, -1, lambda: _restarted(replay, config, workload_ref, limit, start, compiled, graphs))
         replay.steps_on(compiled, early)
         first = early
     probe = replay.attach(CellProbe(backward=True))
     look = _Look(replay.dynamic)
     last = -1
+
+    def looked_at(index: int) -> tuple[Any, ...] | None:
+        batch = next(replay.batches, None)
+        if batch is not None and look.finding is None:
+            compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+            probe.start()
+            finite, bad_params = replay.look(batch)
+            probe.stop()
+            look.at(probe, index, finite, bad_params)
+        return batch
+
     try:
-        for index, batch in enumerate(replay.batches, start=first):
+        for index in range(first, limit):
+            batch = _together(group, index, lambda: looked_at(index))  # noqa: B023 - called at once
+            if batch is None:
+                break
             last = index
-            if look.finding is None:
-                compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
-                probe.start()
-                finite, bad_params = replay.look(batch)
-                probe.stop()
-                look.at(probe, index, finite, bad_params)
             if not _went_on(replay, compiled, batch):
                 break
     finally:
@@ -142,6 +181,33 @@ def _nonfinite(
     if finding is not None and first:
         finding.note.append(f"steps 0-{first - 1} ran on the trial's compiled graph, all ranks together")
     return finding, last
+
+
+def _started(
+    config: TrialConfig,
+    workload_ref: str,
+    steps: int,
+    start: Mapping[str, Any] | None,
+    compiled: CompiledStep,
+    graphs: GraphCache | None,
+    group: RankGroup,
+) -> _Replay:
+    replay = _Replay(config, workload_ref, steps, start, group)
+    _starting(replay, compiled, graphs, workload_ref)
+    return replay
+
+
+def _restarted(
+    replay: _Replay,
+    config: TrialConfig,
+    workload_ref: str,
+    steps: int,
+    start: Mapping[str, Any] | None,
+    compiled: CompiledStep,
+    graphs: GraphCache | None,
+) -> None:
+    replay.restart(config, workload_ref, steps, start)
+    _starting(replay, compiled, graphs, workload_ref)
 
 
 def _fp32_twin(
@@ -156,29 +222,28 @@ def _fp32_twin(
     """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
     part hooked at its finding's step. None: no finding here, or FP32 broke first."""
     fp32 = _fp32(config)
-    compiled = graph_for(fp32, workload_ref, graphs, start, group)
-    if compiled is None:
-        return None
+    compiled = _together(group, -1, lambda: _graph(fp32, workload_ref, graphs, start, group))
     at = last if finding is None else finding.step
-    replay = _Replay(fp32, workload_ref, last + 1, start, group)
+    replay = _together(
+        group, -1, lambda: _started(fp32, workload_ref, last + 1, start, compiled, graphs, group)
+    )
     try:
-        _starting(replay, compiled, graphs, workload_ref)
         if replay.steps_on(compiled, at) is not None:
             return None  # FP32 itself went non-finite before that step (on every rank)
-        if at == last:
-            return None if finding is None else _twin_at(replay, compiled, next(replay.batches), finding)
-        batch = next(replay.batches)
-        twin = _twin_at(replay, compiled, batch, finding) if finding is not None else None
-        if _went_on(replay, compiled, batch):
+
+        def twin_at() -> tuple[tuple[Any, ...] | None, CellProbe | None]:
+            batch = next(replay.batches, None)
+            if batch is None or finding is None:
+                return batch, None
+            compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+            return batch, hooked_twin_step(replay, batch, finding)
+
+        batch, twin = _together(group, at, twin_at)
+        if batch is not None and at < last and _went_on(replay, compiled, batch):
             replay.steps_on(compiled, last - at - 1)
         return twin
     finally:
         replay.close()
-
-
-def _twin_at(replay: _Replay, compiled: CompiledStep, batch: tuple[Any, ...], finding: _Finding) -> CellProbe:
-    compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
-    return hooked_twin_step(replay, batch, finding)
 
 
 def _departure(
@@ -195,17 +260,31 @@ def _departure(
     checks = [s for s in DEPARTURE_CHECKS if s < limit]
     if not checks:
         return None
-    policy = _Replay(config, workload_ref, limit, start, group)
-    fp32 = _Replay(_fp32(config), workload_ref, 0, start, group)
+
+    def replays() -> tuple[_Replay, _Replay]:
+        return (
+            _started(config, workload_ref, limit, start, compiled, graphs, group),
+            _Replay(_fp32(config), workload_ref, 0, start, group),
+        )
+
+    policy, fp32 = _together(group, -1, replays)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
     found: tuple[_Finding, float] | None = None
+
+    def compared(index: int) -> tuple[Any, ...] | None:
+        nonlocal found
+        batch = next(policy.batches, None)
+        if batch is not None and index in checks and found is None:
+            compiled.copy_state_into(policy.loss_cell, policy.optimizer, policy.scaler)
+            found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
+        return batch
+
     try:
-        _starting(policy, compiled, graphs, workload_ref)
-        for index, batch in enumerate(policy.batches):
-            if index in checks and found is None:
-                compiled.copy_state_into(policy.loss_cell, policy.optimizer, policy.scaler)
-                found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
+        for index in range(limit):
+            batch = _together(group, index, lambda: compared(index))  # noqa: B023 - called at once
+            if batch is None:
+                break
             if index >= checks[-1] or not (_went_on(policy, compiled, batch) or policy.scaler is not None):
                 break
     finally:

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,12 +36,74 @@ ROLE_ENV = "MS_ROLE"
 WORKER_ROLE = "MS_WORKER"
 
 
+#: the phases of a rank's call that ``Progress`` tells apart, in the order a call runs them
+TRAINING, LOCALIZING = 0, 1
+
+
+class Progress:
+    """How far this rank is in its gang's current call, readable from another thread while it trains.
+
+    The actor answers ``TrialWorker.progress`` from a Ray concurrency group of its own, so the driver
+    can tell a rank that stopped coming (a loader that blocks, a hung device) from one that is slow,
+    without waiting for the collective's own timeout (``sweep.cluster._gang``).
+    """
+
+    def __init__(self) -> None:
+        self.call = 0
+        self.phase = TRAINING
+        self.step = -1
+        self._at = time.monotonic()
+        self._intervals: deque[float] = deque(maxlen=64)
+
+    def begin_call(self) -> None:
+        self.call, self.phase, self.step, self._at = self.call + 1, TRAINING, -1, time.monotonic()
+
+    def reached(self, step: int, phase: int = TRAINING) -> None:
+        """This rank entered global ``step`` of ``phase`` (before the step's collectives)."""
+        now = time.monotonic()
+        if phase == self.phase == TRAINING and step == self.step + 1 and self.step >= 0:
+            self._intervals.append(now - self._at)
+        self.phase, self.step, self._at = phase, step, now
+
+    def reading(self) -> tuple[int, int, int, float | None]:
+        """(call, phase, step, the median seconds of this rank's recent training steps)."""
+        intervals = list(self._intervals)
+        return self.call, self.phase, self.step, statistics.median(intervals) if intervals else None
+
+
 @dataclass(frozen=True)
 class RankGroup:
-    """This process's place in its data-parallel group."""
+    """This process's place in its data-parallel group, and how far it is (``Progress``)."""
 
     rank: int
     size: int
+    progress: Progress = field(default_factory=Progress, compare=False, repr=False)
+
+
+class PeerFailed(RuntimeError):
+    """A rank's local work failed, and every rank of its group knows it (``agree``): they all stop
+    together, so none waits in a collective that the failed one will not enter."""
+
+    def __init__(self, rank: int, size: int, error: BaseException | None) -> None:
+        what = f": {type(error).__name__}: {error}".splitlines()[0] if error is not None else ""
+        super().__init__(f"rank {rank} of {size}{what}")
+        self.rank = rank
+
+
+def agree(group: RankGroup, error: BaseException | None) -> None:
+    """Raise ``PeerFailed`` on every rank when any rank's ``error`` is set; return on every rank otherwise.
+
+    One all-reduce of a flag per rank, entered by every rank after its local work (a replay's hooked
+    step, drawing a batch), whether that work raised or not.
+    """
+    import mindspore as ms
+    from mindspore import ops
+
+    flags = np.zeros(group.size, np.float32)
+    flags[group.rank] = 0.0 if error is None else 1.0
+    failed = np.flatnonzero(ops.AllReduce()(ms.Tensor(flags)).asnumpy() > 0.5)
+    if len(failed):
+        raise PeerFailed(int(failed[0]), group.size, error if failed[0] == group.rank else None)
 
 
 def join_group() -> RankGroup | None:

@@ -35,7 +35,7 @@ from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
-from ._data_parallel import RankGroup, shard_stream
+from ._data_parallel import Progress, RankGroup, shard_stream
 from ._snapshot import checkpoint_bytes, continue_scaler, starting_from
 from ._starts import TrialStart, draw, start_key
 from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
@@ -348,7 +348,9 @@ def run_trial(
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
         step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start, group)
         continue_scaler(step.named_state(), start, config.loss_scale)
-        batches = counted = _FirstBatchRows(batches)
+        batches = counted = _FirstBatchRows(
+            batches, None if group is None else group.progress, config.start_step
+        )
         metrics, compile_s, abort_at = _train(config, batches, step)
         if reused:
             compile_s = 0.0
@@ -396,10 +398,14 @@ def run_trial(
 class _FirstBatchRows:
     """The trial's batches, passed through; ``rows`` is the first one's first axis (a rank's part on a
     gang: the global batch is ``rows`` times the devices), ``drawn`` how many were drawn (the step a
-    failure happened in)."""
+    failure happened in), told to a rank's ``progress`` as the global step it enters."""
 
-    def __init__(self, batches: Iterable[tuple[Any, ...]]) -> None:
+    def __init__(
+        self, batches: Iterable[tuple[Any, ...]], progress: Progress | None = None, start_step: int = 0
+    ) -> None:
         self._batches = batches
+        self._progress = progress
+        self._start_step = start_step
         self.rows: int | None = None
         self.drawn = 0
 
@@ -407,6 +413,8 @@ class _FirstBatchRows:
         for batch in self._batches:
             if self.rows is None and batch and len(batch[0].shape):
                 self.rows = int(batch[0].shape[0])
+            if self._progress is not None:
+                self._progress.reached(self._start_step + self.drawn)
             self.drawn += 1
             yield batch
 

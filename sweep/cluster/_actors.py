@@ -52,6 +52,10 @@ class Actors(Protocol):
 
     def kill(self, actor: Any) -> None: ...
 
+    def ended(self, actor: Any) -> bool:
+        """Whether ``actor`` was ended by the answer just read (a gang whose ranks came apart)."""
+        ...
+
 
 class RayActors:
     """``TrialWorker`` actors on the Ray cluster this driver joined."""
@@ -86,6 +90,9 @@ class RayActors:
         import ray
 
         ray.kill(actor, no_restart=True)
+
+    def ended(self, actor: Any) -> bool:
+        return False  # a single actor ends by dying, which its calls' answers say
 
 
 #: Seconds between two checks.

@@ -25,13 +25,24 @@ from __future__ import annotations
 import queue
 import re
 import socket
+import statistics
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ampsweep.jobs import DeviceSetup, RankAnswer, TrialConfig, TrialResult, TrialWorker, merge_ranks
+from ampsweep.contracts import parse_loss_scale
+from ampsweep.jobs import (
+    LOCALIZING,
+    DeviceSetup,
+    RankAnswer,
+    TrialConfig,
+    TrialResult,
+    TrialWorker,
+    merge_ranks,
+)
 
 from ._actors import Completion
 
@@ -39,6 +50,12 @@ from ._actors import Completion
 FORM_TIMEOUT_S = 600.0
 #: after one rank's part of a trial failed, how long the other ranks may take to answer (``all_ranks``)
 STRAGGLERS_S = 30.0
+#: a rank behind its peers, and not moving, for this many of the gang's median steps has stalled ...
+STALL_STEPS = 20
+#: ... but never sooner than this (a spec's ``stall_timeout_s`` sets the bound itself)
+MIN_STALL_S = 60.0
+#: how often the driver reads a running gang's progress (``TrialWorker.progress``)
+PROGRESS_EVERY_S = 1.0
 
 
 class GangScheduler:
@@ -114,11 +131,15 @@ class Gang:
 class GangActors:
     """The ``Actors`` of a pool whose trials each run on a gang of ``size`` rank actors."""
 
-    def __init__(self, size: int, strategy: str = "STRICT_PACK") -> None:
+    def __init__(
+        self, size: int, strategy: str = "STRICT_PACK", stall_timeout_s: float | None = None
+    ) -> None:
         from ray.exceptions import RayActorError, RayTaskError
 
         self.size = size
         self.strategy = strategy
+        #: the spec's bound on a stalled rank; None: ``STALL_STEPS`` of the gang's median step
+        self.stall_timeout_s = stall_timeout_s
         self.completions: queue.SimpleQueue[Completion] = queue.SimpleQueue()
         self.actor_died: tuple[type[BaseException], ...] = (RayActorError, GangLost)
         self.call_failed: tuple[type[BaseException], ...] = (RayTaskError, RankCallFailed)
@@ -203,7 +224,8 @@ class GangActors:
                     cpu_core=None if setup.cpu_core is None else gang.index * self.size + rank,
                 )
                 gang.ranks.append(
-                    ray.remote(TrialWorker)
+                    # ``progress`` answers from a group of its own while ``run_rank`` trains
+                    ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)
                     .options(
                         max_restarts=0,
                         scheduling_strategy=in_bundle(rank),
@@ -275,6 +297,34 @@ class GangActors:
         with gang.lock:
             gang.pending = [f for f in gang.pending if not f.done()] + [combined]
         combined.add_done_callback(lambda done: self.completions.put((key, self._answer(gang, done))))
+        if method == "run_rank":
+            threading.Thread(target=self._watch_progress, args=(gang, combined), daemon=True).start()
+
+    def _watch_progress(self, gang: Gang, combined: Future[Any]) -> None:
+        """Read the ranks' progress while the call runs; a rank that stalled ends it (``StallClock``)
+        before the collective's own timeout would (CPU: about 30 s; HCCL: 1,836 s; NCCL: maybe never)."""
+        import ray
+
+        clock = StallClock(self.size, self.stall_timeout_s)
+        while not combined.done() and not gang.killed:
+            time.sleep(PROGRESS_EVERY_S)
+            calls = [rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks]
+            try:
+                readings = ray.get(calls, timeout=max(PROGRESS_EVERY_S, 5.0))
+            except Exception:  # noqa: BLE001 - a rank that cannot answer has not moved
+                readings = None
+            stalled = clock.read(readings, time.monotonic())
+            if stalled is not None and not combined.done():
+                try:
+                    combined.set_exception(stalled)
+                except InvalidStateError:
+                    pass  # answered meanwhile
+                return
+
+    def ended(self, actor: Gang) -> bool:
+        """Whether the gang was ended (its ranks apart, a rank stalled): the pool forms its slot again now,
+        so the trials queued behind the one that ended it never count an attempt."""
+        return actor.killed
 
     def _answer(self, gang: Gang, done: Future[Any]) -> Future[Any]:
         """The trial's answer (``answer_of``); a gang whose ranks ended its trial apart is ended (on a
@@ -377,6 +427,67 @@ class RankCallFailed(RuntimeError):
     """A rank's call raised outside the trial (the trial itself is guarded): its trial fails, naming the rank."""
 
 
+#: the Ray concurrency group in which a rank answers ``progress`` while it trains
+PROGRESS_GROUP = "progress"
+
+
+class StallClock:
+    """Which rank of a gang stopped coming, from successive readings of the ranks' ``progress``.
+
+    A rank is behind when its (call, phase, step) is before the furthest rank's; it has stalled when it
+    stayed behind, without moving, for longer than the bound: ``stall_timeout_s``, else ``STALL_STEPS``
+    times the gang's median step, at least ``MIN_STALL_S``. One rank a step behind is normal (a slower
+    rank between its peer's step and its own); one that does not move while its peers wait is not.
+    """
+
+    def __init__(self, size: int, stall_timeout_s: float | None) -> None:
+        self.size = size
+        self.stall_timeout_s = stall_timeout_s
+        self._seen: dict[int, tuple[int, int, int]] = {}
+        self._since: dict[int, float] = {}
+        self._step_s: list[float] = []
+        self._last_read: float | None = None
+
+    def bound_s(self) -> float:
+        if self.stall_timeout_s is not None:
+            return self.stall_timeout_s
+        step_s = statistics.median(self._step_s) if self._step_s else 0.0
+        return max(MIN_STALL_S, STALL_STEPS * step_s)
+
+    def read(
+        self, readings: list[tuple[int, int, int, float | None]] | None, now: float
+    ) -> BaseException | None:
+        """The exception that ends a stalled rank's call (None: none stalled), from one reading per rank
+        (None: the ranks could not all answer, so nobody moved)."""
+        if readings is not None:
+            self._step_s = [r[3] for r in readings if r[3] is not None] or self._step_s
+            lead = max(r[:3] for r in readings)
+            for rank, reading in enumerate(readings):
+                at = reading[:3]
+                if at == lead:
+                    self._since.pop(rank, None)
+                elif self._seen.get(rank) != at or rank not in self._since:
+                    self._since[rank] = now  # behind, but it moved: count from here
+                self._seen[rank] = at
+        for rank, since in sorted(self._since.items()):
+            waited = now - since
+            if waited > self.bound_s():
+                call, phase, step = max(self._seen.values())
+                return _stalled(rank, self.size, phase, step, waited)
+        return None
+
+
+def _stalled(rank: int, size: int, phase: int, step: int, waited: float) -> BaseException:
+    """A stalled rank's error: in training its trial fails, naming it; in a localization the trial runs
+    again (its training was not at fault, and its result is on the rank that waits)."""
+    where = f"before step {step}" if step >= 0 else "before its first step"
+    if phase == LOCALIZING:
+        return GangLost(
+            f"rank {rank} of {size} stalled in the localization replay {where} (its peers waited {waited:.0f} s)"
+        )
+    return RankCallFailed(f"rank {rank} of {size} stalled {where} (its peers waited {waited:.0f} s)")
+
+
 def _naming(error: BaseException, rank: int, size: int) -> BaseException:
     """A rank's call that raised, as the pool reads it: a death stays a death (the trial runs again); any
     other exception fails the trial with a line that names the rank."""
@@ -444,7 +555,8 @@ _COLLECTIVE = re.compile(
 
 
 def _part_failed(answer: RankAnswer) -> bool:
-    return answer.result is not None and bool(answer.result.error)
+    """A rank's answer after which its peers may never answer: its part failed, or it left them apart."""
+    return answer.apart or (answer.result is not None and bool(answer.result.error))
 
 
 def trial_answer(answers: list[RankAnswer | None]) -> tuple[TrialResult, bool]:
@@ -478,14 +590,17 @@ def trial_answer(answers: list[RankAnswer | None]) -> tuple[TrialResult, bool]:
         else:
             reason = f"rank {rank} of {len(answers)} failed: {first.error}"
         return TrialResult.failure(first.config, reason, first.placement, wall_s=first.wall_s), apart
-    result = answers[0].result if answers[0] is not None else None
+    result = next((a.result for a in answers if a is not None and a.result is not None), None)
     if result is None:
         raise GangLost("no rank returned the trial's result")
+    apart = any(a is None or a.apart for a in answers)  # a rank left its peers in a localization replay
     checksums = [a.checksum for a in answers if a is not None]
     apart_reason = differing_ranks(checksums) if all(checksums) else None
     if apart_reason is not None:
-        return TrialResult.failure(result.config, apart_reason, result.placement, wall_s=result.wall_s), False
-    return replace(result, anomalies=merge_ranks([a.anomalies for a in answers if a is not None])), False
+        return TrialResult.failure(result.config, apart_reason, result.placement, wall_s=result.wall_s), apart
+    dynamic = parse_loss_scale(result.config.loss_scale).kind == "dynamic"
+    found = merge_ranks([a.anomalies for a in answers if a is not None], dynamic)
+    return replace(result, anomalies=found), apart
 
 
 __all__ = [

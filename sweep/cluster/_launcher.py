@@ -53,9 +53,9 @@ def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str
     return str(reference.with_module(os.path.basename(path))), {"working_dir": os.path.dirname(path)}
 
 
-def gang_of(plan: SweepPlan) -> tuple[int, str]:
-    """The devices each trial of ``plan`` runs on and how its gang is placed (the spec's
-    ``devices_per_trial`` and ``placement_strategy``, kept on the plan)."""
+def gang_of(plan: SweepPlan) -> tuple[int, str, float | None]:
+    """The devices each trial of ``plan`` runs on, how its gang is placed and its stall bound (the spec's
+    ``devices_per_trial``, ``placement_strategy`` and ``stall_timeout_s``, kept on the plan)."""
     sizes = sorted(
         {plan.devices_per_trial}
         | {trial.devices for trial in plan.trials}
@@ -68,7 +68,7 @@ def gang_of(plan: SweepPlan) -> tuple[int, str]:
             f"every run of a sweep trains on the same number of devices, and this plan mixes "
             f"{' and '.join(map(str, sizes))}",
         )
-    return sizes[0], plan.placement_strategy
+    return sizes[0], plan.placement_strategy, plan.stall_timeout_s
 
 
 def run_sweep(

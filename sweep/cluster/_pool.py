@@ -94,7 +94,9 @@ class WorkerPool:
         self.gang_size = 1
         self.placement_strategy = "STRICT_PACK"
 
-    def use_gangs(self, size: int, strategy: str = "STRICT_PACK") -> None:
+    def use_gangs(
+        self, size: int, strategy: str = "STRICT_PACK", stall_timeout_s: float | None = None
+    ) -> None:
         """Run every trial on a gang of ``size`` rank actors (data parallel), before ``open``."""
         if size <= 1 or self.gang_size == size:
             return
@@ -102,7 +104,7 @@ class WorkerPool:
 
         self.gang_size, self.placement_strategy = size, strategy
         if isinstance(self.actors, RayActors):  # a stand-in (benchmarks, tests) stays as it is
-            self.actors = GangActors(size, strategy)
+            self.actors = GangActors(size, strategy, stall_timeout_s)
 
     # the cluster --------------------------------------------------------------------------------
     def open(self) -> None:
@@ -361,6 +363,8 @@ class WorkerPool:
             result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
         else:
             slot.deaths = 0
+        if actor is slot.actor and self.actors.ended(actor):  # e.g. a gang whose rank stalled: form it again
+            self._actor_died(slot, RuntimeError(result.error or "its ranks came apart"))
         # the next trial first, the Parquet commit after: the actor trains while the driver writes
         self._work.learn(config, result)
         self._last_live = time.monotonic()

@@ -27,6 +27,8 @@ class SweepPlan:
     #: the devices each trial runs on (a gang above 1) and where a gang's devices may lie: the spec's
     devices_per_trial: int = 1
     placement_strategy: str = "STRICT_PACK"
+    #: the spec's ``stall_timeout_s`` (None: the gang's own, from its step time)
+    stall_timeout_s: float | None = None
 
     @classmethod
     def from_spec(
@@ -47,6 +49,7 @@ class SweepPlan:
             starts_of(trials, starts),
             spec.devices_per_trial,
             spec.placement_strategy,
+            spec.stall_timeout_s,
         )
 
     @property

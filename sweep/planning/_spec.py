@@ -151,6 +151,10 @@ class SweepSpec(BaseModel):
     devices_per_trial: int = Field(default=1, ge=1)
     #: where a gang's devices may lie: ``STRICT_PACK`` on one node (one HCCL/NCCL ring), ``PACK`` across nodes
     placement_strategy: Literal["STRICT_PACK", "PACK"] = "STRICT_PACK"
+    #: seconds a gang's rank may stay behind its peers without moving before its trial fails, naming it
+    #: (None: 20 times the gang's median step, at least 60 s); ampsweep's own bound, which fires before
+    #: the collective's (CPU about 30 s, HCCL_EXEC_TIMEOUT 1,836 s, NCCL maybe never)
+    stall_timeout_s: float | None = Field(default=None, gt=0)
     #: ``search: adaptive``: workload arguments that fix a break where the search would otherwise add a
     #: class to the black list, e.g. ``{softmax_dtype: float32}`` (tried first, in the order written)
     remedies: dict[str, Any] = Field(default_factory=dict)

@@ -160,6 +160,7 @@ class AdaptiveSearch:
             starts,
             spec.devices_per_trial,
             spec.placement_strategy,
+            spec.stall_timeout_s,
         )
         yield Batch(plan, out)
 
