@@ -180,7 +180,8 @@ def test_when_fp32_breaks_the_next_spec_sweeps_the_factorys_learning_rate(tmp_pa
 @pytest.mark.slow
 def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
     """Issue 48 item 5 on issue 47's gangs: a swept argument, devices_per_trial 2, start_from and horizon
-    in one sweep; the answer names the argument and says how the trials ran."""
+    in one sweep; the answer names the argument and says how the trials ran, and the broken trials are
+    localized on their gang: the report names the Cell and the rank."""
     spec = _spec(
         steps=30,
         horizon=60,
@@ -196,4 +197,17 @@ def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
     assert "Use O2, set softmax_dtype=float32, no clip." in report
     assert "on 2 devices per trial: data parallel, global batch 16" in report
     assert "Held to step 60" in report
-    assert "is not replayed" not in report, "a trial on a gang is localized on its ranks (issue 53)"
+    # a trial on a gang is localized on its ranks (issue 53): the broken configuration's Cell, the op
+    # inside it that overflowed and the rank whose part broke first, as one device's report names the Cell
+    where = next((line for line in report.splitlines() if line.startswith("Where it breaks:")), None)
+    assert where is not None, report
+    assert "the `exp` inside KnobSoftmax overflowed float16" in where and "in `softmax`" in where, where
+    assert "on rank 0 of 2; every rank's part broke at that step" in where, where
+    assert "step ~10, seed 0" in where, where  # the first step after the prefix, where it went NaN
+    anomalies = pd.read_parquet(sweep / "anomalies")
+    diverged = trials[trials["outcome"] == "diverged"]
+    assert set(diverged[arg_column("softmax_dtype")]) == {"float16"}
+    assert sorted(anomalies["trial_id"]) == sorted(diverged["trial_id"])  # each broken trial, once
+    assert set(anomalies["cell"]) == {"softmax"} and set(anomalies["inner_op"]) == {"exp"}
+    assert set(anomalies["rank"]) == {0} and set(anomalies["ranks_broken"]) == {2}
+    assert "is not replayed" not in report
