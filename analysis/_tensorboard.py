@@ -1,19 +1,23 @@
 """A sweep folder as TensorBoard runs, from its Parquet tables alone (``ampsweep export --tensorboard``).
 
-One run per committed trial, ``LOGDIR/<sweep>/<configuration's name> · seed <n>``: its steps table per
+One run per committed trial, ``LOGDIR/<sweep>/<configuration's name> · seed <n>`` (the trials of
+``confirm/`` and ``horizon/`` under ``LOGDIR/<sweep>/confirm`` and ``.../horizon``): its steps table per
 step, its configuration as HParams with the report's scores (:func:`analyze`) as their metrics, its
-localized Cell and (in a recommended configuration's runs) the recommendation as text. Incremental and
-idempotent: ``ampsweep-export.json`` lists the trials exported, and a trial's events are renamed into place
-under a name the trial fixes, so writing it again (after an export stopped halfway) never adds a step twice.
-tensorboardX (the ``tensorboard`` extra) encodes the events, imported on use, never into ``ampsweep run``'s
-driver (its protobuf must not load before MindSpore's).
+localized Cell and (in the current recommendation's runs only) the recommendation as text. Incremental and
+idempotent: ``ampsweep-export.json`` lists the trials exported with a digest of what each run shows, which
+changes as the sweep learns (a trial committed before its FP32 baseline has no target yet); a run whose
+digest changed is written again, in place: a trial's events are renamed into place under a name the trial
+fixes, so writing it again never adds a step twice. tensorboardX (the ``tensorboard`` extra) encodes the
+events, imported on use, never into ``ampsweep run``'s driver (its protobuf must not load before MindSpore's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
+import signal
 import sys
 import time
 import uuid
@@ -27,23 +31,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ampsweep.contracts import (
+    CONFIRM_FOLDER,
+    HORIZON_FOLDER,
     NAME_SEPARATOR,
     STEPS_SCHEMA,
     arg_column,
     black_list_value,
     clip_value,
-    committed_ids,
 )
 
 from ._public import analyze
 from ._writer import _atomic_write
 from .compute._anomalies import localizations, read_anomalies
 from .compute._configs import as_run
-from .compute._load import configurations, files_by_trial, list_parquet, resolve
+from .compute._load import SweepLocation, configurations, files_by_trial, list_parquet, resolve
 from .compute._scores import trial_scores
 from .compute._side_files import read_spec_file
 
-#: beside the runs: trial id -> its run's name
+#: beside the runs: the sweep's folder, trial id -> its run's name and -> the digest of what the run shows
 MANIFEST = "ampsweep-export.json"
 #: the report's per-trial scores (``trial_scores``' columns) -> their tags: the HParams dashboard's metrics
 METRICS = {
@@ -60,69 +65,140 @@ FOLLOW_REST = 4.0
 
 @dataclass(frozen=True)
 class Exported:
-    """What one export did: the sweep's folder of runs, the runs it wrote, and those already there."""
+    """What one export did: the sweep's folder of runs, the runs it wrote for new trials, those already
+    there, and how many of those it wrote again because what they show changed."""
 
     folder: Path
     written: int
     already: int
+    rewritten: int = 0
+
+
+def logdir_problem(sweep_dir: str | Path, logdir: str | Path) -> str | None:
+    """What ``logdir`` must be to take ``sweep_dir``'s runs, and why it is not; None when it can. Checked
+    before a sweep or an export starts: found by the export, it comes after the whole analysis (or, live,
+    after the sweep); and another sweep's runs under the same name would merge with these."""
+    loc = resolve(sweep_dir)
+    folder = Path(logdir).absolute() / loc.name
+    there = next(path for path in (folder, *folder.parents) if path.exists())
+    if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+        return f"a folder it can write to ({there} is {'not writable' if there.is_dir() else 'a file'})"
+    other = _manifest(folder).get("sweep", loc.root)
+    if other != loc.root:
+        return (
+            f"a folder where {loc.name}/ holds this sweep's runs or none (it holds another sweep's: {other})"
+        )
+    return None
 
 
 def export_tensorboard(sweep_dir: str | Path, logdir: str | Path, *, recommend: bool = True) -> Exported:
     """A run in ``logdir/<sweep>`` for each trial committed in ``sweep_dir`` (a path or a ``pyarrow.fs``
-    URI) that is not there yet; the trials that are cost one listing. ``recommend=False`` leaves out the
-    recommendation, which ranks the whole sweep (most of an export's time): the live export's rounds."""
+    URI) that is not there yet or shows something else now; a folder with nothing committed since costs a
+    listing. ``recommend=False`` leaves out the recommendation, which ranks the whole sweep (most of an
+    export's time): the live export's rounds. A ``logdir`` that cannot take the runs is a ``ValueError``."""
+    problem = logdir_problem(sweep_dir, logdir)
+    if problem is not None:
+        raise ValueError(f"--tensorboard: {str(logdir)!r} is not allowed; {problem}")
     loc = resolve(sweep_dir)
     folder = Path(logdir) / loc.name
-    manifest = folder / MANIFEST
-    done = json.loads(manifest.read_text()) if manifest.exists() else {}
+    # the search's confirmation and the continuations to the horizon: sweep folders of their own
+    below = [export_tensorboard(sub, folder, recommend=False) for sub in _subs(sweep_dir, loc)]
+    done = _manifest(folder)
     runs: dict[str, str] = done.get("runs", {})
-    files = list_parquet(loc, "trials", recursive=False)
-    committed = committed_ids({path.rsplit("/", 1)[-1] for path in files})
-    if committed <= runs.keys() and (not recommend or done.get("recommended") == len(runs)):
-        return Exported(folder, 0, len(runs))
+    digests: dict[str, str] = done.get("shown", {})
+    # what decides what the runs show: the trials committed here and the continuations (merged into them)
+    listed = _digest(
+        [*list_parquet(loc, "trials", False), *list_parquet(loc, f"{HORIZON_FOLDER}/trials", False)]
+    )
+    if listed == done.get("listed") and (not recommend or done.get("recommended") == listed):
+        return _sum(Exported(folder, 0, len(runs)), below)
     result = analyze(sweep_dir, figures=False) if recommend else None
     scores = (trial_scores(sweep_dir) if result is None else result.scores).set_index("trial_id", drop=False)
-    new = scores[~scores["trial_id"].isin(runs.keys())]
-    steps = files_by_trial(loc, "steps", set(new["trial_id"]))
-    cells = read_anomalies(sweep_dir, list(new["trial_id"]))
+    cells = dict(tuple(read_anomalies(sweep_dir, list(scores["trial_id"])).groupby("trial_id")))
     grid = (read_spec_file(sweep_dir) or {}).get("grid") or {}
     spell = {part for part in ("dtype", "loss_placement") if len(grid.get(part) or ()) > 1}
-    taken = set(runs.values())
-    for (trial_id, row), config in zip(new.iterrows(), configurations(new)):
-        name = config.trial_name(row["seed"], spell).replace("/", "∕")
-        name += f"{NAME_SEPARATOR}{as_run(config)}" if isinstance(row["equivalent_to"], str) else ""
-        name += f"{NAME_SEPARATOR}{trial_id}" if name in taken else ""
+    taken, already, changed = set(runs.values()), set(runs), {}
+    for (trial_id, row), config in zip(scores.iterrows(), configurations(scores)):
+        devices = 1 if pd.isna(row["devices"]) else int(row["devices"])
+        rows = cells.get(trial_id)
+        found = [] if rows is None else localizations(rows, {trial_id: row["seed"]}, devices=devices)
         # a copy's steps are its source's, and so are its scores (the ranking scans only the source)
         source = scores.loc[row["equivalent_to"]] if row["equivalent_to"] in scores.index else row
+        shown = _shown(config, row, devices, source, found[0].text if found else None)
+        if trial_id in runs and digests.get(trial_id) == _digest(shown):
+            continue
+        if trial_id not in runs:
+            name = config.trial_name(row["seed"], spell).replace("/", "∕")
+            name += f"{NAME_SEPARATOR}{as_run(config)}" if isinstance(row["equivalent_to"], str) else ""
+            runs[trial_id] = name + (f"{NAME_SEPARATOR}{trial_id}" if name in taken else "")
+            taken.add(runs[trial_id])
+        changed[trial_id] = (row, shown)
+    steps = files_by_trial(loc, "steps", set(changed))
+    for trial_id, (row, shown) in changed.items():
         parts = [pq.read_table(path, filesystem=loc.fs) for path in steps.get(trial_id, [])]
         table = pa.concat_tables(parts).sort_by("step") if parts else STEPS_SCHEMA.empty_table()
-        found = localizations(cells[cells["trial_id"] == trial_id], {trial_id: row["seed"]})
-        events = _trial_events(config, row, source, table, found[0].text if found else None)
-        _write_events(folder / name, f"{_epoch(row['started_at']):010d}.ampsweep.{trial_id}", events)
-        runs[trial_id] = name
-        taken.add(name)
+        events = _trial_events(shown, _epoch(row["started_at"]) or _epoch(row["finished_at"]), table)
+        _write_events(
+            folder / runs[trial_id], f"{_epoch(row['started_at']):010d}.ampsweep.{trial_id}", events
+        )
+        digests[trial_id] = _digest(shown)
+    if result is not None:
+        _recommend(folder, runs, result, scores)
+    recommended = listed if recommend else done.get("recommended")
+    record = {"sweep": loc.root, "runs": runs, "shown": digests, "listed": listed, "recommended": recommended}
+    _atomic_write(folder / MANIFEST, json.dumps(record, indent=1))
+    again = len(already & changed.keys())
+    return _sum(Exported(folder, len(changed) - again, len(already) - again, again), below)
+
+
+def _recommend(folder: Path, runs: dict[str, str], result: Any, scores: pd.DataFrame) -> None:
+    """The recommendation as text in the runs of the recommended configuration (one per device kind), and
+    in no other: a run recommended by an earlier export that is not now loses its text."""
     from tensorboardX.summary import text
 
     stamp = max([_epoch(t) for t in scores["finished_at"]], default=0)
-    for kind in [] if result is None else result.kinds:
+    suffix = f"{stamp:010d}.ampsweep.recommendation-{len(scores)}"
+    chosen: dict[str, list] = {}
+    for kind in result.kinds:
         best, recommendation = kind.recommended, kind.recommendation
         words = [text("recommendation", "\n\n".join(recommendation.answer or (recommendation.headline,)))]
-        for trial_id in [] if best is None else str(best["trial_ids"]).split():
-            suffix = f"{stamp:010d}.ampsweep.recommendation-{len(scores)}"
-            _write_events(folder / runs[trial_id], suffix, _events(len(scores), stamp, words))
-    # how many trials the last recommendation written was drawn from
-    recommended = len(scores) if recommend else done.get("recommended")
-    _atomic_write(
-        manifest, json.dumps({"sweep": loc.root, "runs": runs, "recommended": recommended}, indent=1)
-    )
-    return Exported(folder, len(new), len(runs) - len(new))
+        chosen.update({runs[t]: words for t in ([] if best is None else str(best["trial_ids"]).split())})
+    for old in folder.glob("*/events.out.tfevents.*.ampsweep.recommendation-*"):
+        if old.parent.name not in chosen or old.name != f"events.out.tfevents.{suffix}":
+            old.unlink()
+    for name, words in chosen.items():
+        _write_events(folder / name, suffix, _events(len(scores), stamp, words))
 
 
-def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Table, cell: str | None) -> list:
-    """One trial's events: its HParams, a scalar per number of its steps table per step, its scores at
-    its last step, and its localized Cell."""
-    from tensorboardX.summary import Summary, hparams, text
+def _manifest(folder: Path) -> dict[str, Any]:
+    """What the last export into ``folder`` recorded; nothing before the first (or after one that stopped
+    before it saved it: each trial is then written again, in place)."""
+    manifest = folder / MANIFEST
+    return json.loads(manifest.read_text()) if manifest.exists() else {}
 
+
+def _digest(value: Any) -> str:
+    """A short fingerprint of ``value`` (a JSON-able structure; NumPy scalars as text)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _subs(sweep_dir: str | Path, loc: SweepLocation) -> list[str]:
+    """The sub-folders that are sweep folders of their own and hold trials (``confirm/``, ``horizon/``),
+    named as ``sweep_dir`` is (a URI's query stays at its end)."""
+    path, _, query = str(sweep_dir).partition("?")
+    subs = [sub for sub in (CONFIRM_FOLDER, HORIZON_FOLDER) if loc.is_dir(sub, "trials")]
+    return [f"{path.rstrip('/')}/{sub}" + (f"?{query}" if query else "") for sub in subs]
+
+
+def _sum(top: Exported, below: list[Exported]) -> Exported:
+    """One export's counts with those of its sub-folders'."""
+    counts = ("written", "already", "rewritten")
+    return Exported(top.folder, *(sum(getattr(e, count) for e in [top, *below]) for count in counts))
+
+
+def _shown(config: Any, row: pd.Series, devices: int, source: pd.Series, cell: str | None) -> dict[str, Any]:
+    """What a trial's run shows beside its steps (which its commit fixes): its HParams, the report's scores
+    of it and its localized Cell; the scores and the verdict change as other trials commit."""
     values = {
         "amp_level": config.amp_level,
         "black_list": black_list_value(config.black_list),
@@ -131,14 +207,22 @@ def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Tabl
         "dtype": config.dtype,
         "loss_placement": config.loss_placement,
         **{arg_column(name): value for name, value in config.workload_args},
-        "devices": 1 if pd.isna(row["devices"]) else int(row["devices"]),
+        "devices": devices,
         "seed": int(row["seed"]),
         "trial_id": row["trial_id"],
         "outcome": row["outcome"],
         "verdict": row["verdict"],
     }
-    start = _epoch(row["started_at"]) or _epoch(row["finished_at"])
-    events = _events(0, start, hparams(values, dict.fromkeys(METRICS.values(), 0.0)))
+    scores = {tag: float(source[column]) for column, tag in METRICS.items() if pd.notna(source[column])}
+    return {"hparams": values, "scores": scores, "cell": cell}
+
+
+def _trial_events(shown: dict[str, Any], start: int, table: pa.Table) -> list:
+    """One trial's events: its HParams, a scalar per number of its steps table per step, its scores at
+    its last step, and its localized Cell (``shown``, :func:`_shown`); ``start``: its start, in seconds."""
+    from tensorboardX.summary import Summary, hparams, text
+
+    events = _events(0, start, hparams(shown["hparams"], dict.fromkeys(METRICS.values(), 0.0)))
     numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean)
     numbers = [f.name for f in table.schema if f.name != "step" and any(is_(f.type) for is_ in numeric)]
     rows = np.column_stack(
@@ -150,9 +234,9 @@ def _trial_events(config: Any, row: pd.Series, source: pd.Series, table: pa.Tabl
     for step, wall, values_at in zip(table.column("step").to_pylist(), walls, rows.tolist()):
         scalars = Summary(value=[Summary.Value(tag=n, simple_value=v) for n, v in zip(numbers, values_at)])
         events += _events(step, wall, [scalars])
-    scores = {tag: source[column] for column, tag in METRICS.items()}
-    finite = [Summary.Value(tag=t, simple_value=float(v)) for t, v in scores.items() if pd.notna(v)]
+    finite = [Summary.Value(tag=t, simple_value=v) for t, v in shown["scores"].items()]
     events += _events(last, walls[-1] if len(walls) else start, [Summary(value=finite)])
+    cell = shown["cell"]
     return events + (_events(last, start, [text("localized_cell", cell)]) if cell else [])
 
 
@@ -188,11 +272,24 @@ def _epoch(stamp: Any) -> int:
 
 def follow(sweep_dir: str, logdir: str) -> None:
     """Export ``sweep_dir`` again and again until standard input closes (the driver's sweep is over), then
-    once more: ``ampsweep run --tensorboard``'s exporter, a process of its own beside the driver."""
+    once more: ``ampsweep run --tensorboard``'s exporter, a process of its own beside the driver. A round
+    that fails (a file being replaced, a full disk) is said once, and the next round tries again: one
+    round's error must not end the export for the rest of the sweep."""
     os.nice(10)  # background work: the driver and the trials come first where they share the cores
+    said = False
     while True:
         started = time.monotonic()
-        export_tensorboard(sweep_dir, logdir, recommend=False)
+        try:
+            export_tensorboard(sweep_dir, logdir, recommend=False)
+        except Exception as exc:  # whatever it was, the next round may not meet it
+            if not said:
+                why = " ".join(f"{type(exc).__name__}: {exc}".split())
+                print(
+                    f"ampsweep: the live TensorBoard export failed ({why}); it tries again each round",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            said = True
         pause = max(FOLLOW_PAUSE_S, FOLLOW_REST * (time.monotonic() - started))
         if select.select([sys.stdin], [], [], pause)[0]:  # the driver writes nothing: readable is closed
             break
@@ -200,6 +297,8 @@ def follow(sweep_dir: str, logdir: str) -> None:
 
 
 if __name__ == "__main__":
+    # the driver's SIGTERM when it stops: end as on Ctrl-C, each run written whole or not at all
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         follow(*sys.argv[1:3])
     except KeyboardInterrupt:  # Ctrl-C reached the driver too; what was written stays, and the next export

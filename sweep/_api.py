@@ -17,7 +17,7 @@ import yaml
 
 from ._config import FailurePolicy, RunConfig
 from ._result import SweepResult
-from ._tensorboard import exporting
+from ._tensorboard import check_logdir, exporting
 from .cluster._launcher import run_sweep
 from .cluster._pool import WorkerPool
 from .planning._plan import SweepPlan
@@ -63,6 +63,7 @@ class Sweep:
     def run(self, out: str | Path, config: RunConfig | None = None, **overrides: Any) -> SweepResult:
         """Run every trial ``out`` does not hold yet; ``overrides`` are ``RunConfig`` fields."""
         config = completed(self.spec, replace(config or RunConfig(), **overrides))
+        check_logdir(f"{str(out).rstrip('/')}/{self.name}", config.tensorboard)
         with WorkerPool(config, self.spec.devices) as pool:  # one set of actors for every run of the sweep
             return self._run_on(pool, str(out), config)
 

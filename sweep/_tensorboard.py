@@ -4,7 +4,8 @@ While a sweep runs, a process of its own beside the driver exports each trial th
 (``ampsweep.analysis._tensorboard``, which reads the folder like ``ampsweep export``), and once more when
 the sweep ends, before the report. A process, not a thread: the dispatch loop never waits for the
 export's share of the interpreter, and the export keeps protobuf's fast backend, which the driver gives up
-for MindSpore's (2.7 needs the pure-Python one).
+for MindSpore's (2.7 needs the pure-Python one). A sweep that stops (an error, SIGTERM, Ctrl-C) has no last
+round: the exporter is stopped, and killed if it has not ended within ``STOP_S``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,23 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ._errors import SpecError
 from .cluster._ray_start import _CHOSEN_PROTOBUF, PROTOBUF_ENV
+
+#: how long a sweep that stops waits for its exporter to end before it kills it (a scheduler's grace period
+#: after SIGTERM is short; each run is written whole or not at all, and the next export writes the rest)
+STOP_S = 5.0
+
+
+def check_logdir(sweep_dir: str, logdir: str | None) -> None:
+    """A ``--tensorboard LOGDIR`` that cannot take ``sweep_dir``'s runs is a usage error, before anything
+    starts (``logdir_problem``), not a traceback after the sweep or the analysis."""
+    if logdir is not None:
+        from ampsweep.analysis._tensorboard import logdir_problem
+
+        problem = logdir_problem(sweep_dir, logdir)
+        if problem is not None:
+            raise SpecError("--tensorboard", logdir, problem)
 
 
 @contextmanager
@@ -28,15 +45,24 @@ def exporting(sweep_dir: str, logdir: str | None) -> Iterator[None]:
     env.update({PROTOBUF_ENV: _CHOSEN_PROTOBUF} if _CHOSEN_PROTOBUF else {})
     command = [sys.executable, "-m", "ampsweep.analysis._tensorboard", sweep_dir, str(logdir)]
     child = subprocess.Popen(command, stdin=subprocess.PIPE, env=env)
+    assert child.stdin is not None
     try:
         yield
-    finally:
-        assert child.stdin is not None
         child.stdin.close()  # the sweep is over: the exporter writes what is left, and ends
-        if child.wait() not in (0, 130):
-            print(
-                f"ampsweep: the TensorBoard export stopped; `ampsweep export {sweep_dir} --tensorboard "
-                f"{logdir}` writes the rest",
-                file=sys.stderr,
-                flush=True,
-            )
+        ended = child.wait()
+    except BaseException:
+        child.stdin.close()
+        child.terminate()  # it ends as on Ctrl-C
+        try:
+            child.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
+    if ended not in (0, 130):
+        print(
+            f"ampsweep: the TensorBoard export stopped; `ampsweep export {sweep_dir} --tensorboard "
+            f"{logdir}` writes the rest",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -22,6 +22,7 @@ from ._api import Sweep, completed
 from ._config import RunConfig, check_writer
 from ._errors import OutOfSpace, SpecError, SweepStopped, is_out_of_space
 from ._result import SweepResult
+from ._tensorboard import check_logdir
 from .cluster._launcher import cluster_address
 from .cluster._pool import WorkerPool
 from .cluster._ray_start import checked_while_actors_start
@@ -274,6 +275,7 @@ def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> tuple[Sweep,
     """
     spec = read_spec(path)
     resolve_workload(spec, path.parent)
+    check_logdir(f"{out.rstrip('/')}/{spec.name}", config.tensorboard)
     ray = sys.modules.get("ray")
     joined = cluster_address(config.address) is not None or (ray is not None and ray.is_initialized())
     if joined or "://" in out or (Path(out) / spec.name).exists():
@@ -333,8 +335,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     check_writer(args.tensorboard)
     if not resolve(args.sweep_dir).is_dir("trials"):
         raise SpecError("sweep_dir", args.sweep_dir, "a sweep folder OUT/<name> with a trials/ folder")
+    check_logdir(args.sweep_dir, args.tensorboard)
     done = export_tensorboard(args.sweep_dir, args.tensorboard)
-    print(f"exported {done.written} new trials to {done.folder} ({done.already} were already there)")
+    again = f", {done.rewritten} written again: what they show changed" if done.rewritten else ""
+    print(f"exported {done.written} new trials to {done.folder} ({done.already} were already there{again})")
     return 0
 
 

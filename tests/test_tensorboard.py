@@ -1,13 +1,22 @@
 """``ampsweep export --tensorboard`` and ``run --tensorboard``, read back with TensorBoard's own reader.
 
 The fast tests export synthetic sweeps (``tests/test_analysis.py``'s, written as the store writes them);
-the slow one runs a real sweep and checks its runs are there before its report.
+the slow one runs a real sweep and checks its runs are there before its report. A test that waits for the
+live exporter waits for what it writes, never for a time (a hang guard fails it after two minutes).
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +25,14 @@ import pytest
 from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 from tensorboard.plugins.hparams import metadata
 
-from ampsweep.analysis import export_tensorboard
-from ampsweep.contracts import part_path
+from ampsweep.analysis import analyze, export_tensorboard
+from ampsweep.analysis._tensorboard import MANIFEST
+from ampsweep.contracts import CONFIRM_FOLDER, HORIZON_FOLDER, part_path
+from ampsweep.sweep import Sweep
+from ampsweep.sweep._errors import SpecError
 from ampsweep.sweep._tensorboard import exporting
 from ampsweep.sweep.cli import main
-from tests.test_analysis import CURVE, build_ranked_sweep, write_trial
+from tests.test_analysis import CURVE, STEPS, build_ranked_sweep, write_anomaly, write_trial
 from tests.test_e2e import TINY, _ampsweep, _spec
 
 #: the hparams every run has (the configuration's axes, the seed, the trial and what became of it)
@@ -46,6 +58,33 @@ def texts(runs: EventMultiplexer, run: str, tag: str) -> list[str]:
 
 def run_of(runs: EventMultiplexer, trial_id: str) -> str:
     return next(run for run in runs.Runs() if hparams(runs, run)["trial_id"] == trial_id)
+
+
+def scalars(runs: EventMultiplexer, run: str, tag: str) -> list[float]:
+    """A run's values of ``tag``; none where the run has no such tag."""
+    return [e.value for e in runs.Scalars(run, tag)] if tag in runs.Runs()[run]["scalars"] else []
+
+
+def recommended(runs: EventMultiplexer) -> dict[str, list[str]]:
+    """The runs that show a recommendation, and the texts each shows."""
+    tag = "recommendation/text_summary"
+    return {
+        run: texts(runs, run, "recommendation") for run in runs.Runs() if tag in runs.Runs()[run]["tensors"]
+    }
+
+
+def exported(logdir: Path, sweep: str = "unit-sweep") -> dict[str, str]:
+    """The trials the manifest lists as exported (none before the first export)."""
+    manifest = logdir / sweep / MANIFEST
+    return json.loads(manifest.read_text())["runs"] if manifest.exists() else {}
+
+
+def eventually(done: Callable[[], bool], what: str) -> None:
+    """Wait until the live exporter has done ``what``; a hang guard, not a timing: fails after two minutes."""
+    give_up = time.monotonic() + 120
+    while not done():
+        assert time.monotonic() < give_up, f"the exporter never did this: {what}"
+        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -117,14 +156,19 @@ def test_the_source_may_be_a_pyarrow_fs_uri(sweep: Path, tmp_path: Path) -> None
 def test_a_running_sweep_is_exported_while_it_runs_and_whole_at_its_end(sweep: Path, tmp_path: Path) -> None:
     logdir = tmp_path / "tb"
     with exporting(str(sweep), str(logdir)):
+        # live rounds export what is committed, and what commits later, before the sweep ends
+        eventually(lambda: len(exported(logdir)) == 21, "export the committed trials")
         write_trial(sweep, "late0", loss=CURVE, clip=5.0, seed=0)
-    manifest = json.loads((logdir / "unit-sweep" / "ampsweep-export.json").read_text())
-    assert len(manifest["runs"]) == 22
+        eventually(lambda: "late0" in exported(logdir), "export the trial committed after its first round")
+        live = read_back(logdir)
+        assert len(live.Runs()) == 22 and live.Scalars(run_of(live, "late0"), "loss")
+        # the rounds while it runs leave the recommendation (it ranks the whole sweep) to the last one
+        assert not recommended(live)
+    assert len(exported(logdir)) == 22
     runs = read_back(logdir)
     assert len(runs.Runs()) == 22
-    # the rounds while it runs leave the recommendation (it ranks the whole sweep) to the last one
-    recommended = [run for run in runs.Runs() if "recommendation/text_summary" in runs.Runs()[run]["tensors"]]
-    assert recommended and texts(runs, recommended[0], "recommendation")[-1].startswith("Use O2")
+    shown = recommended(runs).values()
+    assert shown and all(len(words) == 1 and words[0].startswith("Use O2") for words in shown)
 
 
 @pytest.mark.parametrize("command", ["export", "run"])
@@ -140,6 +184,156 @@ def test_without_the_extra_the_flag_is_one_line_and_exit_code_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'ampsweep[tensorboard]'" in err, err
     assert not (tmp_path / "tb").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_trial_committed_before_its_baseline_shows_the_reports_verdict_after_the_next_export(
+    tmp_path: Path,
+) -> None:
+    root, logdir = tmp_path / "unit-sweep", tmp_path / "tb"
+    write_trial(root, "flat0", loss=np.full(STEPS, 2.3), amp_level="O1", seed=0)
+    write_trial(root, "inband0", loss=CURVE, black_list=["CustomNorm"], clip=1.0, seed=0)
+    export_tensorboard(root, logdir, recommend=False)  # a live round: no FP32 yet, so no target
+    runs = read_back(logdir)
+    assert hparams(runs, run_of(runs, "flat0"))["verdict"] == "stable"
+    assert scalars(runs, run_of(runs, "inband0"), "trial/steps_to_target") == []
+    write_trial(root, "base0", loss=CURVE, amp_level="O0", seed=0)
+    done = export_tensorboard(root, logdir)
+    report = analyze(root, figures=False).scores.set_index("trial_id")
+    runs = read_back(logdir)
+    assert len(runs.Runs()) == 3
+    for trial_id in ("flat0", "inband0", "base0"):
+        run = run_of(runs, trial_id)
+        assert hparams(runs, run)["verdict"] == report.loc[trial_id, "verdict"]
+        reached = scalars(runs, run, "trial/steps_to_target")
+        assert reached == ([] if np.isnan(report.loc[trial_id, "steps_to_target"]) else [136])
+        assert len(runs.Scalars(run, "loss")) == STEPS  # rewritten in place: no step twice
+    assert report.loc["flat0", "verdict"] == "silent"
+    assert (done.written, done.rewritten, done.already) == (1, 2, 0)
+
+
+def test_one_recommendation_the_current_one(sweep: Path, tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    export_tensorboard(sweep, logdir)
+    assert sorted(recommended(read_back(logdir))) == [
+        run_of(read_back(logdir), f"inband{s}") for s in range(3)
+    ]
+    for seed in range(3):  # the same learning without a black list or a clip: the new recommendation
+        write_trial(sweep, f"plain{seed}", loss=CURVE, seed=seed, grad_norm=np.full(STEPS, 0.5))
+    export_tensorboard(sweep, logdir)
+    runs = read_back(logdir)
+    shown = recommended(runs)
+    assert sorted(shown) == sorted(run_of(runs, f"plain{seed}") for seed in range(3))
+    assert all(len(words) == 1 and words[0].startswith("Use O2, no clip.") for words in shown.values())
+
+
+def test_the_confirmation_and_the_continuations_are_runs_of_their_own(sweep: Path, tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    export_tensorboard(sweep, logdir)
+    # the search's confirmation, and the continuation of inband0 to a horizon, where it broke
+    write_trial(sweep / CONFIRM_FOLDER, "long0", loss=np.concatenate([CURVE, CURVE[-1:].repeat(50)]), seed=7)
+    broke = np.where(np.arange(STEPS) < 120, CURVE, np.nan)[:130]
+    write_trial(sweep / HORIZON_FOLDER, "cont0", loss=broke, black_list=["CustomNorm"], clip=1.0, seed=0)
+    done = export_tensorboard(sweep, logdir)
+    runs = read_back(logdir)
+    assert len(runs.Runs()) == 23
+    assert run_of(runs, "long0") == "unit-sweep/confirm/O2 · no clip · seed 7"
+    assert run_of(runs, "cont0") == "unit-sweep/horizon/O2 · FP32: CustomNorm · clip 1.0 · seed 0"
+    assert len(runs.Scalars(run_of(runs, "long0"), "loss")) == STEPS + 50
+    # what the continuation found is the report's too: the trial it continued broke
+    assert hparams(runs, run_of(runs, "inband0"))["verdict"] == "diverged"
+    assert (done.written, done.rewritten) == (2, 1)
+    assert export_tensorboard(sweep, logdir).written == 0
+
+
+def test_a_gangs_localized_cell_names_the_rank_it_broke_on(tmp_path: Path) -> None:
+    root = tmp_path / "unit-sweep"
+    write_trial(root, "gang0", loss=np.where(np.arange(60) < 50, CURVE[:60], np.nan), devices=2)
+    write_anomaly(root, "gang0", rank=1, ranks_broken=1)
+    export_tensorboard(root, tmp_path / "tb")
+    runs = read_back(tmp_path / "tb")
+    [cell] = texts(runs, run_of(runs, "gang0"), "localized_cell")
+    assert "seed 0 (on rank 1 of 2; " in cell, cell  # the report's words (``rank_phrase``)
+
+
+@pytest.mark.parametrize("command", ["export", "run", "Sweep.run"])
+@pytest.mark.parametrize("bad", ["a file", "below a file", "another sweep's"])
+def test_a_bad_logdir_is_refused_before_anything_starts(
+    command: str, bad: str, sweep: Path, tmp_path: Path, capsys, write_spec
+) -> None:
+    name, spec, out = ("unit-sweep" if command == "export" else "tiny"), write_spec(), tmp_path / "out"
+    logdir = tmp_path / "tb"
+    if bad == "another sweep's":  # a folder of the same name elsewhere: its runs must not merge with these
+        (logdir / name).mkdir(parents=True)
+        (logdir / name / MANIFEST).write_text(json.dumps({"sweep": f"/elsewhere/{name}", "runs": {}}))
+    else:
+        logdir.write_text("")
+        logdir = logdir / "below" if bad == "below a file" else logdir
+    before = sorted(tmp_path.rglob("*"))
+    if command == "Sweep.run":
+        with pytest.raises(SpecError, match="--tensorboard") as refused:
+            Sweep.from_yaml(spec).run(out, tensorboard=str(logdir))
+        err = f"ampsweep: error: {refused.value}\n"
+    else:
+        first = [str(sweep)] if command == "export" else [str(spec), "--out", str(out)]
+        assert main([command, *first, "--tensorboard", str(logdir)]) == 2
+        err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ampsweep: error: --tensorboard: "), err
+    assert ("another sweep" in err) == (bad == "another sweep's") and ("file" in err) != (
+        bad == "another sweep's"
+    )
+    assert sorted(tmp_path.rglob("*")) == before and not out.exists()
+
+
+def test_a_live_round_that_fails_is_said_once_and_the_next_round_exports(sweep: Path, tmp_path: Path) -> None:
+    logdir = tmp_path / "tb"
+    logdir.mkdir()
+    (logdir / "unit-sweep").write_text("")  # where the runs go is a file: each round fails, until it is gone
+    command = [sys.executable, "-m", "ampsweep.analysis._tensorboard", str(sweep), str(logdir)]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stderr is not None
+    try:
+        assert select.select([child.stderr], [], [], 120)[0], (
+            "the exporter neither said nor ended"
+        )  # hang guard
+        said = child.stderr.readline()
+        assert said.startswith("ampsweep: the live TensorBoard export failed") and "unit-sweep" in said, said
+        (logdir / "unit-sweep").unlink()
+        eventually(lambda: child.poll() is None and len(exported(logdir)) == 21, "export in a later round")
+    finally:
+        child.stdin.close()
+        child.wait(120)
+    assert child.returncode == 0 and child.stderr.read() == ""  # said once, however many rounds failed
+
+
+def test_a_driver_that_stops_does_not_wait_for_its_exporter(sweep: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "tb" / "unit-sweep"
+    folder.mkdir(parents=True)
+    # the manifest as a pipe: reading it stalls while this test holds it open, as on a disk that hangs
+    os.mkfifo(folder / MANIFEST)
+    held: list[int] = []
+    stopped: list[BaseException] = []
+
+    def stop_while_the_exporter_is_stuck() -> None:
+        try:
+            with exporting(str(sweep), str(tmp_path / "tb")):
+                while not held:  # the exporter's first round has opened the manifest
+                    try:
+                        held.append(os.open(folder / MANIFEST, os.O_WRONLY | os.O_NONBLOCK))
+                    except OSError as exc:
+                        assert exc.errno == errno.ENXIO
+                        time.sleep(0.05)
+                raise RuntimeError("the sweep stopped")
+        except RuntimeError as exc:
+            stopped.append(exc)
+
+    driver = threading.Thread(target=stop_while_the_exporter_is_stuck)
+    driver.start()
+    driver.join(120)  # the hang guard: without a bound the driver waits as long as the pipe stays open
+    still_waiting = driver.is_alive()
+    for fd in held:
+        os.close(fd)  # lets a waiting exporter end, so that a failure here does not hang the suite
+    driver.join()
+    assert not still_waiting and [str(e) for e in stopped] == ["the sweep stopped"]
 
 
 @pytest.mark.slow
