@@ -178,11 +178,11 @@ def test_a_sweep_runs_every_trial_on_the_same_number_of_devices():
     from ampsweep.sweep.cluster._launcher import gang_of
 
     raw = {"name": "g", "workload": f"{TINY}:make", "steps": 5, "grid": {"amp_level": ["O0"]}}
-    on_two = Sweep({**raw, "devices_per_trial": 2, "placement_strategy": "PACK"})
-    assert gang_of(on_two.plan()) == (2, "PACK")
-    assert gang_of(Sweep(raw).plan()) == (1, "STRICT_PACK")
+    on_two = Sweep({**raw, "devices_per_trial": 2, "placement_strategy": "PACK", "stall_timeout_s": 90})
+    assert gang_of(on_two.plan()) == (2, "PACK", 90)
+    assert gang_of(Sweep(raw).plan()) == (1, "STRICT_PACK", None)
     forked = Sweep({**raw, "devices_per_trial": 2, "start_from": {"steps": 3}})  # its prefix too, on a gang
-    assert gang_of(forked.plan()) == (2, "STRICT_PACK")
+    assert gang_of(forked.plan()) == (2, "STRICT_PACK", None)
     assert {p.devices for p in forked.plan().prefixes} == {2}
     mixed = forked.plan()
     mixed.trials[0] = replace(mixed.trials[0], devices=1)  # a plan that mixes sizes is refused

@@ -12,6 +12,7 @@ its own Ray.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,10 +166,10 @@ def _once_on_rank(folder: Path, name: str, rank: int, action: str) -> pd.DataFra
 
 
 def _gang_sweep(
-    tmp_path: Path, name: str, workload: Path, **args: Any
+    tmp_path: Path, name: str, workload: Path, fields: dict[str, Any] | None = None, **args: Any
 ) -> tuple[dict[str, Any], pd.DataFrame]:
-    """A sweep of 3 FP32 trials on gangs of 2 in a Ray of its own; no placement group may outlive it.
-    Returns its spec and its trials by seed."""
+    """A sweep of 3 FP32 trials on gangs of 2 in a Ray of its own (``fields``: more of its spec); no
+    placement group may outlive it. Returns its spec and its trials by seed."""
     import ray
 
     from ampsweep.sweep import RunConfig, Sweep
@@ -180,6 +181,7 @@ def _gang_sweep(
         "steps": 20,
         "grid": {"amp_level": ["O0"], "clip": [None], "seed": [0, 1, 2]},
         "devices_per_trial": 2,
+        **(fields or {}),
     }
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     try:
@@ -220,6 +222,19 @@ def test_a_rank_that_blocks_forever_fails_its_trial_naming_the_rank_and_the_step
     error = trials.loc[1, "error"]
     assert error.startswith("rank 1 of 2 stalled before step 0: rank 0 waited for it in a collective"), error
     assert (trials.loc[[0, 2], "outcome"] == "completed").all(), trials["error"].tolist()
+
+
+def test_ampsweeps_own_stall_bound_fires_before_the_collectives_timeout(tmp_path):
+    """The same blocked loader with ``stall_timeout_s: 5``, below the CPU all-reduce's own ~30 s: the driver
+    reads the ranks' progress while they train and fails the trial naming rank 1, the step its peer
+    reached and how long it waited; the gang is formed again at once, so the trial queued behind the
+    stalled one never counts an attempt."""
+    _, trials = _gang_sweep(tmp_path, "bound", RANK_FAILS, {"stall_timeout_s": 5}, stall=True)
+    assert trials.loc[1, "outcome"] == "failed"
+    error = trials.loc[1, "error"]
+    assert re.fullmatch(r"rank 1 of 2 stalled before step 0 \(its peers waited \d+ s\)", error), error
+    assert (trials.loc[[0, 2], "outcome"] == "completed").all(), trials["error"].tolist()
+    assert trials["attempts"].tolist() == [1, 1, 1]
 
 
 def test_a_killed_scheduler_ends_its_gang_and_the_trial_runs_again_on_a_new_one(tmp_path):

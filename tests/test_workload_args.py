@@ -202,7 +202,7 @@ def test_workload_arguments_with_gangs_a_prefix_and_a_horizon(tmp_path):
     where = next((line for line in report.splitlines() if line.startswith("Where it breaks:")), None)
     assert where is not None, report
     assert "the `exp` inside KnobSoftmax overflowed float16" in where and "in `softmax`" in where, where
-    assert "on rank 0 of 2; every rank's part broke at that step" in where, where
+    assert "on rank 0 of 2; every rank's forward pass broke at that step" in where, where
     assert "step ~10, seed 0" in where, where  # the first step after the prefix, where it went NaN
     anomalies = pd.read_parquet(sweep / "anomalies")
     diverged = trials[trials["outcome"] == "diverged"]

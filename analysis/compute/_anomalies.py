@@ -273,16 +273,18 @@ def localization_phrase(loc: Localization) -> str:
 
 
 def rank_phrase(loc: Localization) -> str:
-    """'on rank 1 of 2; rank 0's part stayed finite': where a gang's trial broke ('' on one device)."""
+    """'on rank 1 of 2; rank 0's forward pass stayed finite at that step': where a gang's trial broke
+    ('' on one device). ``ranks_broken`` counts the ranks that broke at that step in that phase."""
     if loc.devices <= 1 or loc.rank is None:
         return ""
     text = f"on rank {loc.rank} of {loc.devices}"
     broken = loc.ranks_broken or 1
+    passes = f"{loc.phase} pass" if loc.phase else "part"
     if broken >= loc.devices:
-        return f"{text}; every rank's part broke at that step"
+        return f"{text}; every rank's {passes} broke at that step"
     if loc.devices == 2:
-        return f"{text}; rank {1 - loc.rank}'s part stayed finite"
-    return f"{text}; {loc.devices - broken} of the {loc.devices} ranks' parts stayed finite"
+        return f"{text}; rank {1 - loc.rank}'s {passes} stayed finite at that step"
+    return f"{text}; {loc.devices - broken} of the {loc.devices} ranks' {passes}es stayed finite at that step"
 
 
 def localizations_phrase(locs: list[Localization]) -> str:

@@ -126,6 +126,8 @@ class Gang:
     waiting: list[tuple[Any, tuple[Any, ...]]] = field(default_factory=list)
     #: the combined answers of the calls its ranks are running (failed at once if its scheduler dies)
     pending: list[Future[Any]] = field(default_factory=list)
+    #: trials sent to its ranks so far: the n-th is the ranks' ``progress`` call n
+    trials_sent: int = 0
 
 
 class GangActors:
@@ -298,21 +300,27 @@ class GangActors:
             gang.pending = [f for f in gang.pending if not f.done()] + [combined]
         combined.add_done_callback(lambda done: self.completions.put((key, self._answer(gang, done))))
         if method == "run_rank":
-            threading.Thread(target=self._watch_progress, args=(gang, combined), daemon=True).start()
+            with gang.lock:
+                gang.trials_sent += 1
+                call = gang.trials_sent
+            threading.Thread(target=self._watch_progress, args=(gang, combined, call), daemon=True).start()
 
-    def _watch_progress(self, gang: Gang, combined: Future[Any]) -> None:
-        """Read the ranks' progress while the call runs; a rank that stalled ends it (``StallClock``)
-        before the collective's own timeout would (CPU: about 30 s; HCCL: 1,836 s; NCCL: maybe never)."""
+    def _watch_progress(self, gang: Gang, combined: Future[Any], call: int) -> None:
+        """Read the ranks' progress while trial call ``call`` runs; a rank that stalled ends it
+        (``StallClock``) before the collective's own timeout would (CPU: about 30 s; HCCL: 1,836 s;
+        NCCL: maybe never). A call queued behind another is judged only once a rank has begun it."""
         import ray
 
         clock = StallClock(self.size, self.stall_timeout_s)
         while not combined.done() and not gang.killed:
             time.sleep(PROGRESS_EVERY_S)
-            calls = [rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks]
+            asked = [rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks]
             try:
-                readings = ray.get(calls, timeout=max(PROGRESS_EVERY_S, 5.0))
+                readings = ray.get(asked, timeout=max(PROGRESS_EVERY_S, 5.0))
             except Exception:  # noqa: BLE001 - a rank that cannot answer has not moved
                 readings = None
+            if readings is not None and max(r[0] for r in readings) != call:
+                continue  # still queued behind an earlier call (or already answered)
             stalled = clock.read(readings, time.monotonic())
             if stalled is not None and not combined.done():
                 try:

@@ -1,0 +1,47 @@
+"""A gang's localization replay, on one real gang of 2 CPU ranks (the short gang case of ``make test``).
+
+The gang names the Cell and the rank whose part broke; a replay that raises on rank 1 alone fails the
+localization on every rank at the same point (no rank waits in a collective the other skipped), the
+trial's own result stands, and the same gang trains the next trial.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from ampsweep.contracts import NUMERICS, UNKNOWN, Outcome
+from tests._trial import trial_config
+from tests.conftest import answer
+
+WORKLOADS = Path(__file__).parent / "workloads"
+ROWS = f"{WORKLOADS / 'rows_overflow.py'}:make"
+FAILS = f"{WORKLOADS / 'replay_fails.py'}:make"
+
+
+def test_a_gang_names_the_cell_and_the_rank_whose_part_broke(gang):
+    actors, formed = gang
+    config = trial_config(workload=ROWS, steps=12, devices=2)
+    result = answer(actors, actors.run(formed, config, ROWS, None, None))
+    (row,) = result.anomalies.to_pylist()
+    assert (row["cell"], row["cell_class"], row["phase"]) == ("attn", "MultiheadAttention", "forward")
+    assert (row["rank"], row["ranks_broken"], row["cause"]) == (1, 1, NUMERICS)
+
+
+def test_a_replay_that_raises_on_rank_1_leaves_the_trial_standing_and_the_gang_in_step(gang):
+    actors, formed = gang
+    config = trial_config(workload=FAILS, steps=12, devices=2, workload_args={"token": uuid.uuid4().hex})
+    result = answer(actors, actors.run(formed, config, FAILS, None, None))
+    assert (result.outcome, result.error) == (Outcome.DIVERGED, None), (
+        "the trial trained well: its result stands"
+    )
+    (row,) = result.anomalies.to_pylist()
+    assert row["cause"] == UNKNOWN and row["cell"] is None and row["rank"] == 1
+    assert row["note"] == (
+        "localization failed on rank 1 of 2: RuntimeError: rank 1 cannot rebuild its workload for the replay"
+    )
+    assert not formed.killed, "both ranks stopped at the same point: the gang stays in step"
+    again = answer(
+        actors, actors.run(formed, trial_config(workload=ROWS, steps=12, devices=2, seed=1), ROWS, None, None)
+    )
+    assert again.error is None and again.anomalies.column("cell").to_pylist() == ["attn"]
