@@ -985,3 +985,19 @@ def test_diverged_trials_are_listed_with_their_clip(ranked: analysis.SweepAnalys
     text = analysis.render_markdown(ranked)
     listed = text[text.index("Diverged trials") :].split("\n\n")[1].splitlines()
     assert listed and all(" · no clip · seed " in line and "first non-finite step" in line for line in listed)
+
+
+def test_a_failed_localization_is_undecided_never_a_cell_to_black_list(tmp_path: Path) -> None:
+    """A localization that failed leaves an ``anomalies`` row of cause ``unknown``: the report lists it
+    under what it could not decide, with the trial and the rank, and names no Cell for it."""
+    root = tmp_path / "unit-sweep"
+    build_ranked_sweep(root)
+    note = "localization failed on rank 1 of 2: RuntimeError: rank 1 cannot rebuild its workload"
+    write_anomaly(root, "div1", cell=None, cell_class=None, phase=None, cause="unknown", note=note)
+    a = analysis.analyze(root)
+    text = analysis.render_markdown(a)
+    undecided = text.split("### What this sweep could not decide")[1].split("###")[0]
+    assert f"O3 · no clip · seed 1: {note}" in undecided, undecided
+    div = a.ranking[a.ranking["amp_level"] == "O3"].iloc[0]
+    assert {loc.cell for loc in div["localizations"]} == {"norm1"}, "the failed row names no Cell"
+    assert {seed for loc in div["localizations"] for seed in loc.seeds} == {0, 2}

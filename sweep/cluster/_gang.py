@@ -227,7 +227,7 @@ class GangActors:
                 )
                 gang.ranks.append(
                     # ``progress`` answers from a group of its own while ``run_rank`` trains
-                    ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)
+                    ray.remote(concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)  # type: ignore[call-overload]
                     .options(
                         max_restarts=0,
                         scheduling_strategy=in_bundle(rank),
