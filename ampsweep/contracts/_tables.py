@@ -126,14 +126,24 @@ ANOMALIES_SCHEMA = pa.schema(
         ("finite", pa.bool_()),  # the offending tensor held no inf/NaN: where precision was lost upstream
         ("rank", pa.int64()),  # the rank whose part of the global batch broke first (0 on one device)
         ("ranks_broken", pa.int64()),  # how many ranks' parts broke at that step (1 on one device)
-        ("cause", pa.string()),  # numerics | unknown (``CAUSES``)
+        ("cause", pa.string()),  # numerics | input | not_reproduced | unknown (``CAUSES``)
+        ("input_position", pa.int64()),  # input: which item of the batch tuple held the non-finite value
+        (
+            "input_index",
+            pa.string(),
+        ),  # input: the first non-finite element's index in that item, e.g. "[3, 0]"
+        ("attempt", pa.int64()),  # which run of the trial the row is about (1: the first)
+        ("node", pa.string()),  # where that run was: Ray node id ...
+        ("device_id", pa.string()),  # ... and visible device id
     ]
 )
 
-#: Why a trial went non-finite, as its ``anomalies`` row says: ``numerics``, the replay named the Cell;
-#: ``unknown``, the localization could not decide (it failed: the note says where and why).
-NUMERICS, UNKNOWN = "numerics", "unknown"
-CAUSES = (NUMERICS, UNKNOWN)
+#: Why a trial went non-finite, as its ``anomalies`` row says (``docs/faults.md``): ``numerics``, the
+#: replay reproduced it and named the Cell; ``input``, a batch held a non-finite value before the network
+#: saw it; ``not_reproduced``, an exact replay stayed finite (a device or transfer fault); ``unknown``, the
+#: replay could not be shown exact, or failed (the note says where and why).
+NUMERICS, INPUT, NOT_REPRODUCED, UNKNOWN = "numerics", "input", "not_reproduced", "unknown"
+CAUSES = (NUMERICS, INPUT, NOT_REPRODUCED, UNKNOWN)
 
 #: Folder name -> schema of every per-trial table (``trials`` is one file per trial).
 TABLE_SCHEMAS = {
@@ -253,8 +263,17 @@ COLUMN_DOCS: dict[str, dict[str, str]] = {
         "the rank whose localization failed; 0 on one device; null in sweeps written before this column",
         "ranks_broken": "how many ranks' parts broke at that step in that phase (1 on one device); null in "
         "sweeps written before this column",
-        "cause": "`numerics`: the replay named the Cell; `unknown`: the localization failed (`note` says on which "
-        "rank and why; no Cell is named); null in sweeps written before this column",
+        "cause": "`numerics`: the replay reproduced the trial and named the Cell; `input`: a batch held a "
+        "non-finite value before the network saw it (no Cell is blamed); `not_reproduced`: a replay that matched "
+        "the trial bit for bit up to the step before stayed finite (a device or transfer fault: the trial ran "
+        "again elsewhere); `unknown`: the replay could not be shown exact, or failed (`note` says on which rank "
+        "and why); null in sweeps written before this column",
+        "input_position": "`input` only: the item of the batch tuple that held the non-finite value (0: the first)",
+        "input_index": "`input` only: the index of its first non-finite element, e.g. `[3, 0]`",
+        "attempt": "which run of the trial the row describes: 1 for the first; a `not_reproduced` first run's row "
+        "stays beside its rerun's",
+        "node": "Ray node id (first 12 characters) of the run the row describes",
+        "device_id": "visible device id of the run the row describes; empty on CPU",
     },
 }
 
