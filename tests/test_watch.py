@@ -8,6 +8,8 @@ runs the spec Watch wrote.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import math
 import subprocess
@@ -22,6 +24,7 @@ import yaml
 from mindspore import amp
 
 from ampsweep.jobs import build_workload, checkpoint_step, misfits, read_checkpoint
+from ampsweep.jobs.watch import _watch_report, _watch_snapshots
 from ampsweep.jobs.watch._watch import CHECK_EVERY
 from ampsweep.jobs.watch._watch_snapshots import detect_policy, loss_scale_of
 from ampsweep.sweep import parse_spec
@@ -140,36 +143,87 @@ def test_losses_are_copied_to_the_host_in_blocks_not_per_step(tmp_path):
     assert watch.first_nonfinite_step is None
 
 
-def test_the_ring_keeps_the_last_snapshots_in_the_checkpoint_form(tmp_path):
-    watch = _watch(tmp_path, snapshot_every=5, keep=2)
-    seen = _loop(watch, "O0", 27)
-    assert len(seen) == 27 and watch.first_nonfinite_step is None
-    assert [s.step for s in watch.snapshots] == [20, 25]
-    files = sorted(p.name for p in (tmp_path / "watch" / "snapshots").iterdir())
-    assert files == ["step-20.ckpt", "step-25.ckpt"]
-    params = read_checkpoint((tmp_path / "watch" / "snapshots" / "step-25.ckpt").read_bytes())
-    # what the start_from: {checkpoint:} loader needs: the network, Adam's state, global_step
-    assert {"fc1.weight", "moment1.fc1.weight", "beta1_power", "global_step"} <= set(params)
-    assert checkpoint_step(params) == 25
-    assert misfits(build_workload(OVERFLOW, 0, {}), params) == []
-    assert not (tmp_path / "watch" / "spec.yaml").exists()
-
-
-@pytest.mark.parametrize("large", [False, True])
-def test_a_small_snapshot_waits_in_memory_and_a_large_one_is_written_at_once(tmp_path, monkeypatch, large):
-    from ampsweep.jobs.watch import _watch_snapshots
-
-    if large:
-        monkeypatch.setattr(_watch_snapshots, "IN_MEMORY_BYTES", 0)
+def _steps(watch: Any, steps: int, broken_from: int | None = None) -> list[bool]:
+    """Hand ``watch`` losses of 1.0 (inf from ``broken_from`` on) with a real network and Adam to snapshot;
+    what each ``step`` returned. No training: what Watch does with its snapshots is what is tested."""
     workload = build_workload(OVERFLOW, 0, {})
     optimizer = workload.optimizer(workload.network.trainable_params())
-    folder = tmp_path / "watch" / "snapshots"
-    with _watch(tmp_path, snapshot_every=5, keep=1) as watch:
-        for step in range(10):
-            watch.step(step, 1.0, network=workload.network, optimizer=optimizer)
-        on_disk = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-        assert on_disk == (["step-10.ckpt"] if large else [])
-    assert sorted(p.name for p in folder.iterdir()) == ["step-10.ckpt"]  # leaving the block writes it
+    losses = [math.inf if broken_from is not None and n >= broken_from else 1.0 for n in range(steps)]
+    return [
+        watch.step(n, loss, network=workload.network, optimizer=optimizer) for n, loss in enumerate(losses)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("large", "end"), [(False, "with"), (True, "with"), (True, "raise"), (True, "collected")]
+)
+def test_snapshots_live_in_a_folder_of_their_own_that_goes_however_the_watch_ends(
+    tmp_path, monkeypatch, large, end
+):
+    """A small snapshot waits in host memory; a large one is written at once, in the checkpoint form, into a
+    folder of this Watch's own in ``snapshot_dir``; the newest ``keep`` stay. Nothing stays once the Watch
+    ends: leaving ``with``, an exception, or the Watch collected (as at interpreter exit)."""
+    if large:
+        monkeypatch.setattr(_watch_snapshots, "IN_MEMORY_BYTES", 0)
+    scratch = tmp_path / "scratch"
+    watch = _watch(tmp_path, snapshot_every=5, keep=2, snapshot_dir=scratch)
+    with contextlib.suppress(KeyError), contextlib.nullcontext() if end == "collected" else watch:
+        _steps(watch, 27)
+        assert watch.snapshot_steps == [20, 25]
+        files = {p.name: p for p in scratch.glob("*/*.ckpt")}
+        assert sorted(files) == (["step-20.ckpt", "step-25.ckpt"] if large else [])
+        if large:  # what the start_from: {checkpoint:} loader needs: the network, Adam's state, global_step
+            params = read_checkpoint(files["step-25.ckpt"].read_bytes())
+            assert {"fc1.weight", "moment1.fc1.weight", "beta1_power", "global_step"} <= set(params)
+            assert misfits(build_workload(OVERFLOW, 0, {}), params) == []
+        if end == "raise":
+            raise KeyError("the training's own error")
+    if end == "collected":
+        del watch
+        gc.collect()
+    assert list(scratch.glob("*")) == [] and not (tmp_path / "watch").exists()
+
+
+def test_a_snapshot_folder_that_cannot_be_written_turns_watch_off_and_the_training_goes_on(
+    tmp_path, monkeypatch
+):
+    """A large snapshot is written at once into a folder that cannot be made (it lies under a file): the
+    OSError stays in Watch, which warns once and stops watching; ``step`` never raises."""
+    monkeypatch.setattr(_watch_snapshots, "IN_MEMORY_BYTES", 0)
+    (tmp_path / "file").write_text("")
+    watch = _watch(tmp_path, snapshot_every=5, snapshot_dir=tmp_path / "file" / "scratch")
+    with pytest.warns(RuntimeWarning) as warned, watch:
+        said = _steps(watch, 120, broken_from=53)
+    assert [str(w.message) for w in warned if "ampsweep.Watch" in str(w.message)] == [
+        f"ampsweep.Watch stopped watching (the training goes on without it): NotADirectoryError: "
+        f"[Errno 20] Not a directory: '{tmp_path / 'file' / 'scratch'}'"
+    ]
+    assert not any(said) and watch.first_nonfinite_step is None and not (tmp_path / "watch").exists()
+
+
+@pytest.mark.parametrize("fails", ["snapshot", "replay"])
+def test_a_failure_at_the_nan_is_written_as_the_finding_not_raised(tmp_path, monkeypatch, fails):
+    """The snapshot's file cannot be written at the NaN, or the replay raises: watch.json says localization
+    failed and why, the spec searches, and the training stops as it would."""
+    if fails == "snapshot":
+        (tmp_path / "file").write_text("")
+        scratch = tmp_path / "file" / "scratch"
+    else:
+        scratch = tmp_path / "scratch"
+
+        def boom(*args: Any) -> Any:
+            raise RuntimeError("boom\nsecond line")
+
+        monkeypatch.setattr(_watch_report, "localize_from", boom)
+    with _watch(tmp_path, snapshot_every=10, amp_level="O2", snapshot_dir=scratch) as watch:
+        said = _steps(watch, 60, broken_from=53)
+    assert said[-1] and watch.first_nonfinite_step == 53
+    report = json.loads((tmp_path / "watch" / "watch.json").read_text())
+    error = "NotADirectoryError: [Errno 20]" if fails == "snapshot" else "RuntimeError: boom"
+    assert report["note"].startswith(f"localization failed: {error}") and report["class"] is None
+    assert report["snapshot_step"] == (None if fails == "snapshot" else 50)
+    assert parse_spec(yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text())).search == "adaptive"
+    assert list(scratch.glob("*")) == []
 
 
 def test_the_policy_is_read_off_the_cast_network():
@@ -188,7 +242,7 @@ def test_the_policy_is_read_off_the_cast_network():
 
 
 def test_a_hand_written_loop_gets_the_cell_and_a_spec_that_starts_from_the_last_snapshot(tmp_path, capsys):
-    watch = _watch(tmp_path, snapshot_every=10, keep=2)
+    watch = _watch(tmp_path, snapshot_every=10, keep=2, snapshot_dir=tmp_path / "scratch")
     seen = _loop(watch, "O2", 200)
     first = next(i for i, value in enumerate(seen) if not math.isfinite(value))
     assert first < BREAKS_BY
@@ -209,7 +263,12 @@ def test_a_hand_written_loop_gets_the_cell_and_a_spec_that_starts_from_the_last_
         "checkpoint": f"snapshots/step-{report['snapshot_step']}.ckpt",
         "step": report["snapshot_step"],
     }
-    assert (out / spec["start_from"]["checkpoint"]).is_file()
+    # moved out of the snapshot folder, which is gone; the trained step is the one the checkpoint says
+    assert (
+        checkpoint_step(read_checkpoint((out / spec["start_from"]["checkpoint"]).read_bytes()))
+        == first // 10 * 10
+    )
+    assert list((tmp_path / "scratch").iterdir()) == []
     assert report["snapshot_step"] + spec["steps"] > first + 100  # reaches past the failure
     grid = spec["grid"]
     assert grid["amp_level"] == ["O2", "O0"]

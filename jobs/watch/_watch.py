@@ -19,6 +19,11 @@ named on rank 1; rank 0 alone writes, and the written spec's
 global batch the job does (the factory yields the global batch; rank r trains
 on part r of it, as in a sweep).
 
+Watch never raises into the user's step: an error of its own (a snapshot, a
+replay, a collective) turns it off with one warning. In a data-parallel job a
+rank's error is shared at the next look, so every rank's Watch turns off at
+the same point and none waits in a collective that another skips.
+
 ``Watch`` is a ``mindspore.train.Callback`` (``Model.train`` accepts nothing
 else), but ``import ampsweep`` must not import MindSpore: the class mixes the
 Callback base in when the first ``Watch`` is made.
@@ -28,8 +33,8 @@ from __future__ import annotations
 
 import math
 import sys
-import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -37,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from ._watch_snapshots import Policy, Snapshot, SnapshotRing, detect_policy, loss_scale_of
+from ..training._data_parallel import RankGroup, agree
+from ._watch_snapshots import Policy, SnapshotRing, detect_policy, loss_scale_of
 
 #: losses are copied to the host in blocks of at most this many steps (and at every snapshot)
 CHECK_EVERY = 50
@@ -49,6 +55,12 @@ def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"Watch: {name} must be an int >= 1, got {value!r}")
     return value
+
+
+def _folder(name: str, value: Any) -> Path:
+    if not isinstance(value, (str, Path)) or not str(value):
+        raise ValueError(f"Watch: {name} must be a folder path, got {value!r}")
+    return Path(value)
 
 
 def _check_workload(workload: Any) -> str:
@@ -106,7 +118,7 @@ class Watch:
         workload: the factory that rebuilds this training, ``module:make`` or
             ``path/to/train.py:make`` (see the workload contract); it is called
             only when the loss breaks, to replay from the last snapshot.
-        out: folder for the snapshots, ``watch.json`` and ``spec.yaml``.
+        out: folder for ``watch.json``, ``spec.yaml`` and the snapshot the spec starts from.
         snapshot_every: save network and optimizer every this many steps.
         keep: how many snapshots to keep (the newest).
         workload_args: keyword arguments for the factory, as a spec's ``workload_args``.
@@ -120,6 +132,10 @@ class Watch:
             spec's ``horizon`` (``None``: ``Model.train``'s epochs × steps per
             epoch; a hand-written loop that does not say gets a horizon well
             past the failure, and the spec says so).
+        snapshot_dir: where this process writes its snapshots while it trains, in a folder of
+            its own that is removed when the Watch ends (``None``: the system's temporary folder).
+        disk_budget: the most bytes of snapshot files kept at once; reaching it ends the
+            snapshots with one warning (``None``: no limit but the disk's).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Watch:
@@ -144,6 +160,8 @@ class Watch:
         seed: int = 0,
         amp_level: str | None = None,
         planned_steps: int | None = None,
+        snapshot_dir: str | Path | None = None,
+        disk_budget: int | None = None,
     ) -> None:
         self.snapshot_every = _positive_int("snapshot_every", snapshot_every)
         self.keep = _positive_int("keep", keep)
@@ -151,8 +169,10 @@ class Watch:
             raise ValueError(
                 f"Watch: workload_args must be a dict of keyword arguments, got {workload_args!r}"
             )
-        if not isinstance(out, (str, Path)) or not str(out):
-            raise ValueError(f"Watch: out must be a folder path, got {out!r}")
+        self.out = _folder("out", out)
+        scratch = None if snapshot_dir is None else _folder("snapshot_dir", snapshot_dir)
+        if disk_budget is not None:
+            _positive_int("disk_budget", disk_budget)
         if not isinstance(stop, bool):
             raise ValueError(f"Watch: stop must be True or False, got {stop!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -165,17 +185,16 @@ class Watch:
         self.planned_steps = planned_steps
         self.workload = _check_workload(workload)
         self.workload_args = dict(workload_args or {})
-        self.out = Path(out)
         self.stop = stop
         self.seed = seed
         self.amp_level = amp_level
         #: this process's rank and the data-parallel group's size ((0, 1) outside such a job)
         self.rank, self.group_size = data_parallel_group()
-        # every rank keeps snapshots to replay from; rank 0's are the files the spec names
-        here = (
-            self.out if self.rank == 0 else Path(tempfile.mkdtemp(prefix=f"ampsweep-watch-rank{self.rank}-"))
-        )
-        self._ring = SnapshotRing(here, self.keep)
+        self._group = RankGroup(self.rank, self.group_size) if self.group_size > 1 else None
+        # every rank keeps snapshots to replay from; rank 0 moves the one the spec names into ``out``
+        self._ring = SnapshotRing(scratch, self.keep, disk_budget, self.rank)
+        self._error: BaseException | None = None  # Watch's own, not yet shared with the other ranks
+        self._off = False
         self._pending: list[tuple[int, Any]] = []  # (global step, loss) not yet looked at
         self._last_snapshot = 0
         self._network: Any = None
@@ -194,9 +213,9 @@ class Watch:
         return self.stop and self.first_nonfinite_step is not None
 
     @property
-    def snapshots(self) -> list[Snapshot]:
-        """The snapshots kept now, oldest first (a small one is on disk once the training ended)."""
-        return self._ring.snapshots
+    def snapshot_steps(self) -> list[int]:
+        """The steps of the snapshots kept now, oldest first (none once the Watch ended)."""
+        return self._ring.steps
 
     # --- a hand-written loop -----------------------------------------------------------------
 
@@ -211,35 +230,69 @@ class Watch:
             self._network = network
         if optimizer is not None:
             self._optimizer = optimizer
-        if self.first_nonfinite_step is not None:
+        if self.first_nonfinite_step is not None or self._off:
             return self.stop_requested
         self._pending.append((int(step), loss))
         done = int(step) + 1  # steps trained so far: the state a snapshot now holds
         if done - self._last_snapshot >= self.snapshot_every:
-            if self.check() and self._network is not None:
-                self._ring.save(done, self._network, self._optimizer)
+            if self.check() and self._network is not None and self._error is None:
+                try:
+                    self._ring.save(done, self._network, self._optimizer)
+                except Exception as exc:  # noqa: BLE001 - Watch's own error, never the training's
+                    self._failed(exc)
                 self._last_snapshot = done
         elif len(self._pending) >= CHECK_EVERY:
             self.check()
         return self.stop_requested
 
     def check(self) -> bool:
-        """Look at the losses recorded since the last look (one wait for the device); False once one broke."""
-        if self.first_nonfinite_step is not None:
+        """Look at the losses recorded since the last look (one wait for the device); False once one
+        broke, or once Watch is off. Raises nothing: Watch's own errors turn it off."""
+        if self.first_nonfinite_step is not None or self._off:
             return False
         if not self._pending:
             return True
         steps = [step for step, _ in self._pending]
-        values = _host_values([loss for _, loss in self._pending])
+        losses = [loss for _, loss in self._pending]
         self._pending = []
-        broken = ~np.isfinite(values)
-        if self.group_size > 1:
-            broken = _on_any_rank(broken)
-        bad = np.flatnonzero(broken)
-        if not len(bad):
-            return True
-        self._fire(steps[int(bad[0])])
+        try:
+            broken = ~np.isfinite(_host_values(losses))
+        except Exception as exc:  # noqa: BLE001 - still entering the ranks' collectives below
+            self._failed(exc)
+            broken = np.zeros(len(steps), bool)
+        try:
+            if self._group is not None:
+                agree(self._group, self._error)  # one rank's error turns every rank's Watch off here
+                broken = _on_any_rank(broken)
+            bad = np.flatnonzero(broken)
+            if self._off or not len(bad):
+                return not self._off
+            self._fire(steps[int(bad[0])])
+        except Exception as exc:  # noqa: BLE001 - Watch's own error, never the training's
+            self._turn_off(exc)
         return False
+
+    def _failed(self, exc: BaseException) -> None:
+        """Watch's own error: off at once on one device; in a data-parallel job at the next look, which
+        every rank enters, so every rank's Watch turns off there and none waits for this one."""
+        self._error = exc
+        if self._group is None:
+            self._turn_off(exc)
+
+    def _turn_off(self, exc: BaseException) -> None:
+        """Stop watching, with one warning; the snapshots go. A non-finite loss already seen still stops
+        the training (``stop_requested``)."""
+        from ._watch_report import described
+
+        if not self._off:
+            warnings.warn(
+                f"ampsweep.Watch stopped watching (the training goes on without it): {described(exc)}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self._off = True
+        self._pending = []
+        self._ring.close()
 
     def __enter__(self) -> Watch:
         return self
@@ -249,7 +302,7 @@ class Watch:
     ) -> None:
         if kind is None:
             self.check()  # the last block's losses
-        self._ring.flush()
+        self._ring.close()
 
     # --- Model.train ------------------------------------------------------------------------
 
@@ -278,7 +331,7 @@ class Watch:
 
     def on_train_end(self, run_context: Any) -> None:
         self.check()
-        self._ring.flush()
+        self._ring.close()
 
     # --- the first non-finite loss ------------------------------------------------------------
 
@@ -291,9 +344,16 @@ class Watch:
         return detected
 
     def _fire(self, failed_at: int) -> None:
-        from ..training._data_parallel import RankGroup
+        """Localize the failure at ``failed_at`` and, on rank 0, write what was found.
+
+        A failure to prepare (the snapshot's file) or to replay becomes the
+        finding, and every rank still meets its peers in the same collectives:
+        ``agree`` before the replay (all replay, or none), then ``first_of_ranks``.
+        """
+        from ampsweep.contracts import parse_loss_scale
+
         from ._watch_report import (
-            Finding,
+            failure,
             first_of_ranks,
             horizon_note,
             localize_from,
@@ -301,24 +361,37 @@ class Watch:
             spec_for,
             write_outputs,
         )
+        from ._watch_snapshots import SNAPSHOT_FOLDER, moved
 
         started = time.perf_counter()
         self.first_nonfinite_step = failed_at
-        group = RankGroup(self.rank, self.group_size) if self.group_size > 1 else None
-        _factory_from_main(self.workload)
-        policy = self._policy()
-        snapshot = self._ring.last_healthy(before=failed_at)
-        self._ring.flush()  # the other kept snapshots become files too
+        policy, snapshot, error = Policy(self.amp_level or "O0"), None, None
         try:
-            finding = localize_from(
-                self.workload, self.workload_args, self.seed, policy, snapshot, failed_at, group
+            _factory_from_main(self.workload)
+            policy = self._policy()
+            snapshot = self._ring.last_healthy(before=failed_at)
+        except Exception as exc:  # noqa: BLE001 - told to the other ranks, then written as the finding
+            error = exc
+        try:
+            if self._group is not None:
+                agree(self._group, error)
+            finding = (
+                failure(self._group, error)
+                if error is not None
+                else localize_from(
+                    self.workload, self.workload_args, self.seed, policy, snapshot, failed_at, self._group
+                )
             )
         except Exception as exc:  # noqa: BLE001 - the spec is still worth writing
-            finding = Finding(note=f"the replay failed: {type(exc).__name__}: {exc}".splitlines()[0])
-        if group is not None:
-            finding = first_of_ranks(finding, group)
+            finding = failure(self._group, exc)
+        if self._group is not None:
+            finding = first_of_ranks(
+                finding, self._group, parse_loss_scale(policy.loss_scale).kind == "dynamic"
+            )
         if self.rank != 0:
             return  # rank 0 writes what the ranks found
+        if snapshot is not None:  # out of the scratch folder, which goes when the Watch ends
+            snapshot = moved(snapshot, self.out / SNAPSHOT_FOLDER)
         spec = spec_for(
             self.workload,
             self.workload_args,

@@ -22,7 +22,8 @@ import yaml
 from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
-from ..training._data_parallel import RankGroup
+from ..localization._localize import finding_order
+from ..training._data_parallel import PeerFailed, RankGroup
 from ._watch_snapshots import Policy, Snapshot
 
 #: the spec trains this many steps past the failure at least ...
@@ -54,6 +55,8 @@ class Finding:
     #: in a data-parallel job: the rank whose part broke first, and how many ranks' parts broke there
     rank: int | None = None
     ranks_broken: int | None = None
+    #: the replay raised (the note says where and what): no Cell, and Watch's spec starts a search
+    failed: bool = False
 
 
 def localize_from(
@@ -125,12 +128,12 @@ def localize_from(
 _FINDING_BYTES = 16384
 
 
-def first_of_ranks(finding: Finding, group: RankGroup) -> Finding:
-    """Every rank's finding, gathered on every rank: the earliest step, then the lowest rank (one collective).
+def first_of_ranks(finding: Finding, group: RankGroup, dynamic: bool) -> Finding:
+    """Every rank's finding, gathered on every rank (one collective) and merged by ``first_found``.
 
     Each rank encodes its finding as JSON in a fixed-length float32 vector (one
     value per byte: MindSpore's CPU collectives gather float32), which
-    ``AllGather`` stacks in rank order.
+    ``AllGather`` stacks in rank order. Every rank enters it, a failed one too.
     """
     import mindspore as ms
     import numpy as np
@@ -141,16 +144,45 @@ def first_of_ranks(finding: Finding, group: RankGroup) -> Finding:
     vector[0, 0] = len(data)
     vector[0, 1 : len(data) + 1] = np.frombuffer(data, np.uint8)
     gathered = ops.AllGather()(ms.Tensor(vector)).asnumpy()
-    found = []
-    for row in gathered:
-        size = int(row[0])
-        found.append(Finding(**json.loads(row[1 : size + 1].astype(np.uint8).tobytes())))
+    found = [Finding(**json.loads(row[1 : int(row[0]) + 1].astype(np.uint8).tobytes())) for row in gathered]
+    return first_found(found, group.rank, dynamic)
+
+
+def first_found(found: list[Finding], rank: int, dynamic: bool) -> Finding:
+    """The ranks' findings (in rank order) merged into the one a single device gives (``finding_order``:
+    the step, forward before backward, a dynamic scaler's backward-only fallback last, then the rank),
+    with how many ranks broke there in that phase.
+
+    A failure on any rank wins, as the failing rank tells it: a merge that lacks a rank's part could
+    name the wrong first Cell. Nothing named on any rank: this rank's own finding (each says why).
+    """
+    failures = [f for f in found if f.failed]
+    if failures:
+        return next((f for index, f in enumerate(found) if f.failed and f.rank == index), failures[0])
     named = [f for f in found if f.cell_class is not None and f.replay_step is not None]
     if not named:
-        return found[group.rank]
-    first = min(named, key=lambda f: (f.replay_step, f.rank))
-    first.ranks_broken = sum(f.replay_step == first.replay_step for f in named)
+        return found[rank]
+
+    def order(f: Finding) -> tuple[int, ...]:
+        return finding_order(int(f.replay_step or 0), f.phase, f.rank, dynamic)
+
+    first = min(named, key=order)
+    first.ranks_broken = sum(order(f)[:-1] == order(first)[:-1] for f in named)
     return first
+
+
+def failure(group: RankGroup | None, exc: BaseException) -> Finding:
+    """The finding of a localization that raised: no Cell, the error in the note (worded as the sweep's
+    anomalies word it). ``PeerFailed`` names the rank whose own part failed (``agree``)."""
+    if isinstance(exc, PeerFailed):
+        return Finding(note=f"localization failed on {exc}", rank=exc.rank, failed=True)
+    rank, where = (None, "") if group is None else (group.rank, f" on rank {group.rank} of {group.size}")
+    return Finding(note=f"localization failed{where}: {described(exc)}", rank=rank, failed=True)
+
+
+def described(exc: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def _first_nonfinite_compiled(
@@ -315,7 +347,7 @@ def one_line(finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_p
         if finding.rank is not None:
             found += f" on rank {finding.rank}'s part of the batch"
     else:
-        found = "no Cell caught"
+        found = (finding.note if finding.failed else None) or "no Cell caught"
     return (
         f"ampsweep.Watch: loss non-finite at step {failed_at}; {found} ({start}); "
         f"next: ampsweep run {spec_path} --out {out / 'runs'}"

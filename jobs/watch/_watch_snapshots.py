@@ -16,6 +16,10 @@ anywhere a callback can see.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,73 +54,113 @@ def named_state(network: Any, optimizer: Any | None) -> dict[str, Any]:
 IN_MEMORY_BYTES = 64 * 2**20
 
 
-@dataclass
+@dataclass(eq=False)
 class _Held:
-    """A snapshot in the ring: its file, and its host copy until the file is written."""
+    """A snapshot in the ring: its host copy until it is written, then its file."""
 
-    snapshot: Snapshot
+    step: int
+    nbytes: int
     arrays: list[tuple[str, np.ndarray]] | None
+    path: Path | None = None
 
 
 class SnapshotRing:
-    """The last ``keep`` snapshots, as checkpoint files ``OUT/snapshots/step-N.ckpt``.
+    """The last ``keep`` snapshots of this process, in a scratch folder of its own.
 
     Taking a snapshot copies the state to the host, which is all the training
     waits for (a fraction of a millisecond for a small network). Serializing
     a checkpoint costs a few milliseconds more, and a Python thread would take
     them from the training anyway (it holds the GIL), so a small snapshot is
-    written only when it is needed: at the first non-finite loss, and when
-    the training ends (``flush``). A large one (over ``IN_MEMORY_BYTES``),
-    whose steps are long enough to pay for it, is written at once.
+    written only when it is needed: at the first non-finite loss. A large one
+    (over ``IN_MEMORY_BYTES``), whose steps are long enough to pay for it, and
+    which host memory should not hold ``keep`` times, is written at once.
 
-    Only files this ring wrote are ever deleted: a snapshot from an earlier run
-    in the same folder, that an earlier ``spec.yaml`` may name, is left alone.
+    The folder (``tempfile.mkdtemp`` in ``parent``, the user's ``snapshot_dir``;
+    None: the system's temporary folder) is made at the first write and removed
+    by ``close``, or when the ring is collected or the interpreter exits
+    (``weakref.finalize``): a healthy run, an exception or a rank other than 0
+    leaves nothing behind. A written spec's snapshot is moved out first (``moved``).
+
+    ``budget``: the most bytes of snapshot files kept at once. The first write
+    that would pass it ends the snapshots, with one warning: host memory cannot
+    hold what the disk may not, and the files already written stay for a replay.
     """
 
-    def __init__(self, out: Path, keep: int) -> None:
-        self.folder = out / SNAPSHOT_FOLDER
+    def __init__(self, parent: Path | None, keep: int, budget: int | None = None, rank: int = 0) -> None:
+        self.parent = parent
         self.keep = keep
+        self.budget = budget
+        self.rank = rank
+        #: this process's scratch folder, once a snapshot was written
+        self.folder: Path | None = None
+        #: the budget was reached: no more snapshots are taken
+        self.full = False
         self._held: list[_Held] = []
         self._state: list[tuple[str, Any]] = []
         self._owners: tuple[int, int] | None = None
+        self._remove: weakref.finalize | None = None
 
     @property
-    def snapshots(self) -> list[Snapshot]:
-        return [held.snapshot for held in self._held]
+    def steps(self) -> list[int]:
+        return [held.step for held in self._held]
 
-    def save(self, step: int, network: Any, optimizer: Any | None) -> Snapshot:
-        """Copy the state after ``step`` steps to the host; the oldest beyond ``keep`` goes."""
+    def save(self, step: int, network: Any, optimizer: Any | None) -> None:
+        """Copy the state after ``step`` steps to the host; the oldest beyond ``keep`` goes first."""
+        if self.full:
+            return
         owners = (id(network), id(optimizer))
         if owners != self._owners:  # walking the Cells costs more than the copy: once per network
             self._state = list(named_state(network, optimizer).items())
             self._owners = owners
         # copies: on CPU ``asnumpy`` can share the parameter's memory, which the next step overwrites
         arrays = [(name, np.array(param.asnumpy(), copy=True)) for name, param in self._state]
-        held = _Held(Snapshot(self.folder / f"step-{step}.ckpt", step), arrays)
-        self._held = [h for h in self._held if h.snapshot.step != step]
-        self._held.append(held)
-        if sum(array.nbytes for _, array in arrays) > IN_MEMORY_BYTES:
+        held = _Held(step, sum(array.nbytes for _, array in arrays), arrays)
+        older = [h for h in self._held if h.step != step]
+        kept = older[max(0, len(older) - self.keep + 1) :]
+        large = held.nbytes > IN_MEMORY_BYTES
+        if large and not self._room(kept, held):
+            return
+        for old in self._held:
+            if old not in kept and old.path is not None:
+                old.path.unlink(missing_ok=True)
+        self._held = [*kept, held]
+        if large:
             self._write(held)
-        while len(self._held) > self.keep:
-            old = self._held.pop(0)
-            if old.arrays is None:
-                try:
-                    os.remove(old.snapshot.path)
-                except FileNotFoundError:
-                    pass
-        return held.snapshot
 
-    def flush(self) -> None:
-        """Write every snapshot still held only in memory."""
-        for held in self._held:
-            if held.arrays is not None:
-                self._write(held)
+    def _room(self, others: list[_Held], held: _Held) -> bool:
+        """Whether ``held``'s file fits in the budget beside ``others``' files; the first time it does
+        not, the snapshots end with one warning."""
+        on_disk = sum(h.nbytes for h in others if h.path is not None)
+        if self.budget is None or on_disk + held.nbytes <= self.budget:
+            return True
+        if not self.full:
+            self.full = True
+            warnings.warn(
+                f"ampsweep.Watch: disk_budget reached ({on_disk:,} bytes of snapshots on disk, the one at "
+                f"step {held.step} needs {held.nbytes:,} more, the budget is {self.budget:,}): no more "
+                "snapshots are taken; a non-finite loss is replayed from the newest one kept",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return False
 
     def _write(self, held: _Held) -> None:
         assert held.arrays is not None
-        self.folder.mkdir(parents=True, exist_ok=True)
-        _write(held.arrays, held.snapshot.path)
-        held.arrays = None
+        if self.folder is None:
+            if self.parent is not None:
+                self.parent.mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(prefix=f"ampsweep-watch-rank{self.rank}-", dir=self.parent))
+            self._remove = weakref.finalize(self, shutil.rmtree, self.folder, ignore_errors=True)
+        path = self.folder / f"step-{held.step}.ckpt"
+        _write(held.arrays, path)
+        held.path, held.arrays = path, None
+
+    def close(self) -> None:
+        """Drop every snapshot and remove the scratch folder (a spec's snapshot was moved out of it)."""
+        self._held = []
+        if self._remove is not None:
+            self._remove()
+        self.folder = self._remove = None
 
     def last_healthy(self, before: int) -> Snapshot | None:
         """The newest snapshot taken at or before step ``before`` whose values are all finite, on disk.
@@ -128,20 +172,29 @@ class SnapshotRing:
         import mindspore as ms
 
         for held in reversed(self._held):
-            if held.snapshot.step > before:
+            if held.step > before or (held.path is not None and not held.path.is_file()):
                 continue
             if held.arrays is not None:
                 values = [array for _, array in held.arrays]
-                if all(_finite_array(array) for array in values):
-                    self._write(held)
-                    return held.snapshot
+            else:
+                values = [value.asnumpy() for value in ms.load_checkpoint(str(held.path)).values()]
+            if not all(_finite_array(np.asarray(value)) for value in values):
                 continue
-            if not held.snapshot.path.is_file():
-                continue
-            params = ms.load_checkpoint(str(held.snapshot.path))
-            if all(_finite_array(np.asarray(value.asnumpy())) for value in params.values()):
-                return held.snapshot
+            if held.path is None:
+                if not self._room([h for h in self._held if h is not held], held):
+                    continue
+                self._write(held)
+            assert held.path is not None
+            return Snapshot(held.path, held.step)
         return None
+
+
+def moved(snapshot: Snapshot, folder: Path) -> Snapshot:
+    """``snapshot``'s file moved into ``folder`` (out of the scratch folder that goes): where a spec names it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = Snapshot(folder / snapshot.path.name, snapshot.step)
+    shutil.move(snapshot.path, kept.path)
+    return kept
 
 
 def _write(arrays: list[tuple[str, np.ndarray]], path: Path) -> None:
