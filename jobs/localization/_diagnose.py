@@ -39,6 +39,7 @@ from .._result import Outcome, TrialResult
 from ..training._baseline import Hint, resolve_baseline
 from ..training._capture import loss_ok
 from ..training._data_parallel import PeerFailed
+from ._cause import Cause, cause_of
 from ._localize import finding_order
 
 if TYPE_CHECKING:
@@ -136,18 +137,24 @@ def diagnose(
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
     rank = 0 if group is None else group.rank
+    run = {"rank": rank, "ranks_broken": 1, "attempt": 1}
+    run |= {"node": result.placement.node, "device_id": result.placement.device_id}
     try:
+        if mode == "nonfinite" and until_step is not None:  # a bad batch or a device fault is no Cell's
+            cause = cause_of(result, workload_ref, until_step, graphs, start, group)
+            if cause is not None:
+                return _caused(mode, cause, result.config.start_step, run)
         where = (result.placement.device_target, until_step)
         table = replayed(result.config, workload_ref, mode, where, graphs, start, group)
     except PeerFailed as exc:  # every rank raised here together: the gang is still in step
-        return _failed(mode, f"localization failed on {exc}", exc.rank)
+        return _failed(mode, f"localization failed on {exc}", {**run, "rank": exc.rank})
     except Exception as exc:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
-        failed = _failed(mode, f"localization failed{_on_rank(group)}: {type(exc).__name__}: {exc}", rank)
+        failed = _failed(mode, f"localization failed{_on_rank(group)}: {type(exc).__name__}: {exc}", run)
         if group is not None:  # its peers may wait in a collective this rank left: form the gang again
             raise RanksApart(failed) from exc
         return failed
     table = _global_steps(table, result.config.start_step)
-    for column, value in (("rank", rank), ("ranks_broken", 1), ("cause", NUMERICS)):
+    for column, value in {**run, "cause": NUMERICS}.items():
         index = table.schema.get_field_index(column)
         field = table.schema.field(index)
         table = table.set_column(index, field, pa.array([value] * table.num_rows, field.type))
@@ -158,10 +165,21 @@ def _on_rank(group: RankGroup | None) -> str:
     return "" if group is None else f" on rank {group.rank} of {group.size}"
 
 
-def _failed(mode: str, why: str, rank: int) -> pa.Table:
+def _failed(mode: str, why: str, run: dict[str, Any]) -> pa.Table:
     """The one row of a localization that failed: cause ``unknown``, no Cell, the first line of why."""
-    row = {"kind": mode, "cause": UNKNOWN, "note": why.splitlines()[0], "rank": rank, "ranks_broken": 1}
-    return pa.Table.from_pylist([row], schema=ANOMALIES_SCHEMA)
+    return pa.Table.from_pylist(
+        [{"kind": mode, "cause": UNKNOWN, "note": why.splitlines()[0], **run}], ANOMALIES_SCHEMA
+    )
+
+
+def _caused(mode: str, cause: Cause, start_step: int, run: dict[str, Any]) -> pa.Table:
+    """The row of a trial whose break was not numerics (``cause_of``); none on a rank whose own part was
+    clean while another's held the input fault."""
+    if not cause.mine:
+        return ANOMALIES_SCHEMA.empty_table()
+    row = {"kind": mode, "cause": cause.cause, "replay_step": start_step + cause.step, "note": cause.note}
+    row |= {"input_position": cause.position, "input_index": cause.index, **run}
+    return pa.Table.from_pylist([row], ANOMALIES_SCHEMA)
 
 
 class RanksApart(RuntimeError):

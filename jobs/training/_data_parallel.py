@@ -22,7 +22,6 @@ all-reduced flag.
 from __future__ import annotations
 
 import hashlib
-import os
 import statistics
 import time
 from collections import deque
@@ -90,39 +89,23 @@ class PeerFailed(RuntimeError):
         self.rank = rank
 
 
-def agree(group: RankGroup, error: BaseException | None) -> None:
-    """Raise ``PeerFailed`` on every rank when any rank's ``error`` is set; return on every rank otherwise.
-
-    One all-reduce of a flag per rank, entered by every rank after its local work (a replay's hooked
-    step, drawing a batch), whether that work raised or not.
-    """
+def flagged(group: RankGroup, flag: bool) -> list[int]:
+    """The ranks whose ``flag`` is set, known to every rank: one all-reduce of a flag per rank, which
+    every rank enters after its own local work so that all take the same branch after it."""
     import mindspore as ms
     from mindspore import ops
 
     flags = np.zeros(group.size, np.float32)
-    flags[group.rank] = 0.0 if error is None else 1.0
-    failed = np.flatnonzero(ops.AllReduce()(ms.Tensor(flags)).asnumpy() > 0.5)
-    if len(failed):
-        raise PeerFailed(int(failed[0]), group.size, error if failed[0] == group.rank else None)
+    flags[group.rank] = 1.0 if flag else 0.0
+    return [int(rank) for rank in np.flatnonzero(ops.AllReduce()(ms.Tensor(flags)).asnumpy() > 0.5)]
 
 
-def join_group() -> RankGroup | None:
-    """Join the data-parallel group the environment names (``MS_ROLE=MS_WORKER``); None: a single device.
-
-    Called once per process (the actor's start), after ``mindspore.set_device``:
-    ``communication.init()`` blocks until every rank and the scheduler have
-    connected, then the process trains in MindSpore's data-parallel mode with
-    gradients averaged.
-    """
-    if os.environ.get(ROLE_ENV) != WORKER_ROLE:
-        return None
-    import mindspore as ms
-    from mindspore import communication
-
-    communication.init()
-    size = communication.get_group_size()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    return RankGroup(rank=communication.get_rank(), size=size)
+def agree(group: RankGroup, error: BaseException | None) -> None:
+    """Raise ``PeerFailed`` on every rank when any rank's ``error`` is set; return on every rank otherwise
+    (entered by every rank after its local work: a replay's hooked step, drawing a batch)."""
+    failed = flagged(group, error is not None)
+    if failed:
+        raise PeerFailed(failed[0], group.size, error if failed[0] == group.rank else None)
 
 
 class UnevenBatch(ValueError):

@@ -182,12 +182,10 @@ def _train(
         compiles = variant not in step.compiled
         if compiles:
             flush()  # time the compiling call alone
+        head = trial_step(step, clip, batch, index, every)
         if variant == SAMPLED:
-            head = step.sampled_vector(clip, batch)  # HEAD scalars, then the statistics
             sampled_at.append(index)
             sampled_stats.append(head)
-        else:
-            head = step(clip, batch)
         if compiles:
             rows.append(head.asnumpy()[None, :HEAD])
             seconds = time.perf_counter() - block_start
@@ -228,6 +226,12 @@ def _train(
         layer_tiny=stats[:, 4 * params : 5 * params],
     )
     return metrics, compile_s, abort_at
+
+
+def trial_step(step: CompiledStep, clip: Any, batch: tuple[Any, ...], index: int, every: int) -> Any:
+    """Step ``index`` of a trial as the trial runs it: sampled (the ``HEAD`` scalars, then the per-parameter
+    statistics) every ``every`` steps, lean otherwise; an exact rerun must call the same graph."""
+    return step.sampled_vector(clip, batch) if index % every == 0 else step(clip, batch)
 
 
 def _compile_seconds(first_calls: list[tuple[int, float]], ms_per_step: np.ndarray, n: int) -> float:
@@ -275,7 +279,7 @@ def skip_batches(config: TrialConfig, workload: Workload) -> int:
     return config.start_step - workload.data_start
 
 
-def _begin(
+def begin_trial(
     config: TrialConfig,
     workload_ref: str,
     cache: GraphCache,
@@ -346,7 +350,9 @@ def run_trial(
         _check_device_support(config, placement.device_target)
         _check_group(config, group)
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
-        step, reused, batches, target_loss = _begin(config, workload_ref, cache or GraphCache(), start, group)
+        step, reused, batches, target_loss = begin_trial(
+            config, workload_ref, cache or GraphCache(), start, group
+        )
         continue_scaler(step.named_state(), start, config.loss_scale)
         batches = counted = _FirstBatchRows(
             batches, None if group is None else group.progress, config.start_step

@@ -29,6 +29,7 @@ from ampsweep.jobs import Placement, TrialConfig, TrialResult
 from .._config import FailurePolicy, RunConfig
 from .._errors import ClusterLost, Interrupted, SpecError
 from ..devices import DeviceBackend, device_setup, discover
+from ..scheduling._reruns import Reruns
 from ..scheduling._slot import Slot
 from ._actors import Actors, ClusterWatch, RayActors
 
@@ -79,6 +80,8 @@ class WorkerPool:
         self.in_flight: dict[Any, tuple[Slot, Any, TrialConfig | None]] = {}
         #: trial id -> workers it ran on in this run (a run counts its own)
         self.attempts: dict[str, int] = {}
+        #: trials whose NaN an exact replay did not reproduce: run once more, on another device
+        self.reruns = Reruns()
         self.last_error = ""
         self._heartbeat: Callable[[list[str]], None] = lambda running: None
         self._profile: Callable[[], tuple[Any, ...] | None] | None = None
@@ -312,6 +315,9 @@ class WorkerPool:
             if taken is None:
                 break
             config, hint, start = taken
+            if self.reruns.avoids(config.trial_id, slot.index) and self._live > 1:
+                work.queue.untake()  # where its first run broke: another device takes it when free
+                break
             self.attempts[config.trial_id] = self.attempts.get(config.trial_id, 0) + 1
             call = self.actors.run(slot.actor, config, work.workload_ref, hint, start)
             self._sent(slot, call, config)
@@ -363,6 +369,11 @@ class WorkerPool:
             result = self._failed(config, slot, text.splitlines()[-1] if text else type(exc).__name__)
         else:
             slot.deaths = 0
+            if self.reruns.wanted(result, slot.index):
+                self._work.requeue(config)
+                self._wake(idle_only=True)
+                self._dispatch(slot)
+                return
         if actor is slot.actor and self.actors.ended(actor):  # e.g. a gang whose rank stalled: form it again
             self._actor_died(slot, RuntimeError(result.error or "its ranks came apart"))
         # the next trial first, the Parquet commit after: the actor trains while the driver writes

@@ -1,0 +1,124 @@
+"""Whether a non-finite trial was numerics at all, before any Cell is looked for (``docs/faults.md``).
+
+A NaN from a bad batch or a device fault looks like one from float16. So a trial whose loss broke at
+step ``s`` is first rerun from its own start, on its own compiled graph and batches, to ``s``:
+
+- a batch up to ``s`` that already holds a non-finite value is an ``input`` fault: nothing in the
+  model is to blame, and every configuration would have seen it;
+- the rerun's loss must match the trial's bit for bit at every step before ``s``; where it does not,
+  the rerun is not exact and no cause can be claimed (``unknown``);
+- an exact rerun that breaks again at ``s`` is ``numerics``: the Cell is localized next;
+- an exact rerun that stays finite at ``s`` is ``not_reproduced``: a transient device or transfer
+  fault, and the driver runs the trial again on another device.
+
+On a gang every rank looks at its own part of each batch, and the ranks agree (``flagged``) before
+the rerun's steps, which reduce across the ranks as the trial's did.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ampsweep.contracts import INPUT, NOT_REPRODUCED, UNKNOWN, parse_loss_scale
+
+from .._result import TrialResult
+from ..training._capture import loss_ok
+from ..training._data_parallel import flagged
+from ..training._snapshot import continue_scaler
+from ..training._step import GraphCache
+from ..training._trainer import begin_trial, trial_step
+
+if TYPE_CHECKING:
+    from ..training._data_parallel import RankGroup
+
+_LOSS, _FINITE = 0, 2  # of a step's HEAD vector
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why step ``step`` (from the trial's start) broke, when it was not numerics; ``position`` and
+    ``index``: where an input fault sat in the batch. ``mine``: False on a rank of a gang whose own part
+    was clean while another rank's held the input fault (that rank writes the row)."""
+
+    cause: str
+    step: int
+    note: str
+    position: int | None = None
+    index: str | None = None
+    mine: bool = True
+
+
+def cause_of(
+    result: TrialResult,
+    workload_ref: str,
+    until_step: int,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None,
+) -> Cause | None:
+    """The cause of the trial's break at ``until_step`` (from its start) when it is not numerics; None when
+    an exact rerun broke there again (numerics: localize it)."""
+    config = result.config
+    step, _, batches, _ = begin_trial(config, workload_ref, graphs or GraphCache(), start, group)
+    continue_scaler(step.named_state(), start, config.loss_scale)
+    drawn = list(itertools.islice(batches, until_step + 1))
+    bad = _nonfinite_input(drawn)
+    held = flagged(group, bad is not None) if group is not None else ([0] if bad is not None else [])
+    if held:
+        if bad is None:
+            return Cause(INPUT, until_step, "", mine=False)
+        at, position, index = bad
+        where = f"item {position} of the batch at step {config.start_step + at}, index {index}"
+        return Cause(INPUT, at, f"{where} held a non-finite value before the network saw it", position, index)
+    clip = step.clip_tensor(config.clip)
+    every = max(1, config.layer_every)
+    trial_loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
+    head = np.zeros(3)
+    for index, batch in enumerate(drawn):
+        head = trial_step(step, clip, batch, index, every).asnumpy()
+        if index < until_step and not _same(head[_LOSS], trial_loss[index]):
+            return Cause(
+                UNKNOWN,
+                index,
+                f"the rerun was not exact: its loss at step {config.start_step + index} was {head[_LOSS]!r}, "
+                f"the trial's {float(trial_loss[index])!r}",
+            )
+    dynamic = parse_loss_scale(config.loss_scale).kind == "dynamic"
+    broke = not loss_ok(config, head[:1])[0] or (head[_FINITE] <= 0.5 and not dynamic)
+    if broke or len(drawn) <= until_step:
+        return None
+    at = config.start_step + until_step
+    return Cause(
+        NOT_REPRODUCED,
+        until_step,
+        f"an exact rerun from the trial's start (its loss bit for bit to step {at - 1}) stayed finite at "
+        f"step {at}: a device or transfer fault, not numerics",
+    )
+
+
+def _same(rerun: float, trial: float) -> bool:
+    """Bit for bit as the steps table holds it (float32 widened), NaN equal to NaN."""
+    a, b = np.float32(rerun), np.float32(trial)
+    return bool(a.tobytes() == b.tobytes() or (np.isnan(a) and np.isnan(b)))
+
+
+def _nonfinite_input(batches: list[tuple[Any, ...]]) -> tuple[int, int, str] | None:
+    """(step, item of the batch tuple, index of its first non-finite element) of the first batch that
+    held a non-finite float value, or None."""
+    for at, batch in enumerate(batches):
+        for position, item in enumerate(batch):
+            values = np.asarray(item.asnumpy() if hasattr(item, "asnumpy") else item)
+            if values.dtype.kind != "f":
+                continue
+            bad = np.argwhere(~np.isfinite(values))
+            if len(bad):
+                return at, position, str([int(i) for i in bad[0]])
+    return None
+
+
+__all__ = ["Cause", "cause_of"]

@@ -1,0 +1,108 @@
+"""A stable classifier (MindSpore's ``nn.Dense``, ``nn.LayerNorm``) that suffers a fault numerics did not
+cause, injected by the workload itself (no hook in ampsweep):
+
+- ``fault="input"``: seed ``fault_seed``'s batch at step ``fault_step`` holds one ``inf`` (a corrupted
+  sample): every configuration sees it;
+- ``fault="transient"``: the first trial of seed ``fault_seed`` to reach step ``fault_step`` gets one NaN
+  in a hidden activation, once in the whole sweep (``marker``: a file that says it happened), like a
+  flipped bit on a device: the trial's own replay and its rerun elsewhere are clean;
+
+The NaN comes from a Python function run as a MindSpore ``Custom`` op (``pyfunc``), which runs on every
+step even under ``jit``. Its counts live in the process's environment, which outlives the module (a
+workload file is loaded afresh for each trial).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mindspore import nn, ops
+
+from ampsweep.jobs import Workload
+
+FEATURES, HIDDEN, CLASSES, BATCH = 8, 32, 3, 16
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _through(x: Any, out: Any, dout: Any) -> tuple[Any]:
+    return (dout,)
+
+
+class Fault(nn.Cell):
+    """Passes its input through, but for the one call the fault picks."""
+
+    def __init__(self, hit: Any) -> None:
+        super().__init__()
+        self.op = ops.Custom(hit, out_shape=_same, out_dtype=_same, func_type="pyfunc", bprop=_through)
+
+    def construct(self, x: Any) -> Any:
+        return self.op(x)
+
+
+class Classifier(nn.Cell):
+    def __init__(self, hit: Any) -> None:
+        super().__init__()
+        self.fc1 = nn.Dense(FEATURES, HIDDEN)
+        self.fault = Fault(hit)
+        self.norm = nn.LayerNorm((HIDDEN,))
+        self.act = nn.Tanh()
+        self.head = nn.Dense(HIDDEN, CLASSES)
+
+    def construct(self, x: Any) -> Any:
+        return self.head(self.act(self.norm(self.fault(self.fc1(x)))))
+
+
+def _hit(fault: str, seed: int, fault_seed: int, fault_step: int, marker: str) -> Any:
+    """The Python function the ``Custom`` op runs: the step's activations, NaN where the fault strikes."""
+    key = f"AMPSWEEP_TEST_FAULT_{fault}_{seed}"
+
+    def hit(x: np.ndarray) -> np.ndarray:
+        calls = int(os.environ.get(key, "0")) + 1
+        os.environ[key] = str(calls)
+        strike = fault != "none" and seed == fault_seed and calls == fault_step + 1
+        if fault == "transient":
+            strike = strike and not Path(marker).exists()
+            if strike:
+                Path(marker).touch()
+        out = x.copy()
+        if strike:
+            out.flat[0] = np.nan
+        return out
+
+    return hit
+
+
+def _batches(seed: int, poisoned: int | None):
+    rng = np.random.default_rng(seed)
+    step = 0
+    while True:
+        y = rng.integers(0, CLASSES, BATCH)
+        x = rng.normal(0, 1, (BATCH, FEATURES)).astype(np.float32) + y[:, None].astype(np.float32)
+        if step == poisoned:
+            x[3, 0] = np.inf
+        step += 1
+        yield x, y.astype(np.int32)
+
+
+def make(
+    seed: int,
+    fault: str = "none",
+    fault_seed: int = 1,
+    fault_step: int = 20,
+    marker: str = "",
+) -> Workload:
+    hit = _hit(fault, seed, fault_seed, fault_step, marker)
+    poisoned = fault_step if fault == "input" and seed == fault_seed else None
+    return Workload(
+        network=Classifier(hit),
+        loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+        optimizer=lambda params: nn.Adam(params, learning_rate=1e-2),
+        batches=_batches(seed, poisoned),
+        target_loss=0.6,
+    )
