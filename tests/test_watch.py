@@ -362,20 +362,36 @@ def test_the_example_goes_nan_and_the_spec_it_writes_recommends_the_class(tmp_pa
     assert config["amp_level"] == "O2" and config["black_list"] == ["ExpSoftmax"]
 
 
-def test_a_replay_that_catches_nothing_says_so_and_lets_the_search_find_the_black_list(tmp_path):
-    # at lr 0.01 the factory's run never reaches float16's edge: its data is not the run that broke
+def test_a_nan_the_replay_does_not_reproduce_is_not_blamed_on_the_precision_settings(tmp_path, capsys):
+    # at lr 0.01 the factory's run never reaches float16's edge: the user's NaN does not come back
     with _watch(
         tmp_path, snapshot_every=1000, amp_level="O2", workload_args={"learning_rate": 0.01}
     ) as watch:
         for step in range(8):
             watch.step(step, _CountingLoss(math.nan if step >= 5 else 1.0))
     report = json.loads((tmp_path / "watch" / "watch.json").read_text())
-    assert report["first_nonfinite_step"] == 5
-    assert report["cell"] is None and report["class"] is None and "stayed finite" in report["note"]
-    spec = yaml.safe_load((tmp_path / "watch" / "spec.yaml").read_text())
-    assert spec["search"] == "adaptive" and "black_list" not in spec["grid"]
-    assert spec["workload_args"] == {"learning_rate": 0.01}
-    parse_spec(spec)
+    assert report["first_nonfinite_step"] == 5 and report["cause"] == "not_reproduced"
+    assert report["cell"] is None and report["class"] is None
+    assert report["note"].startswith("The NaN at step 5 did not reproduce from the snapshot at step 0")
+    assert "not your precision settings. Suspect: device " in report["note"]
+    assert report["spec"] is None and not (tmp_path / "watch" / "spec.yaml").exists()
+    assert "did not reproduce" in capsys.readouterr().out
+
+
+def test_a_batch_holding_an_inf_is_named_as_input_and_no_black_list_spec_is_written(tmp_path, capsys):
+    faults = f"{ROOT / 'tests' / 'workloads' / 'faults.py'}:make"
+    args = {"fault": "input", "fault_step": 6}
+    with _watch(tmp_path, workload=faults, workload_args=args, seed=1, snapshot_every=1000) as watch:
+        for step in range(8):
+            watch.step(step, _CountingLoss(math.nan if step >= 6 else 1.0))
+    report = json.loads((tmp_path / "watch" / "watch.json").read_text())
+    assert (report["cause"], report["replay_step"], report["cell"]) == ("input", 6, None)
+    assert (
+        report["note"]
+        == "item 0 of the batch at step 6, index [3, 0] held a non-finite value before the network saw it"
+    )
+    assert report["spec"] is None and not (tmp_path / "watch" / "spec.yaml").exists()
+    assert "held a non-finite value" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -26,12 +26,14 @@ import numpy as np
 
 from ampsweep.contracts import INPUT, NOT_REPRODUCED, UNKNOWN, parse_loss_scale
 
+from .._config import TrialConfig
 from .._result import TrialResult
+from ..training._batches import batch_stream
 from ..training._capture import loss_ok
-from ..training._data_parallel import flagged
+from ..training._data_parallel import flagged, shard_stream
 from ..training._snapshot import continue_scaler
 from ..training._step import GraphCache
-from ..training._trainer import begin_trial, trial_step
+from ..training._trainer import begin_trial, skip_batches, trial_step, trial_workload
 
 if TYPE_CHECKING:
     from ..training._data_parallel import RankGroup
@@ -67,14 +69,9 @@ def cause_of(
     step, _, batches, _ = begin_trial(config, workload_ref, graphs or GraphCache(), start, group)
     continue_scaler(step.named_state(), start, config.loss_scale)
     drawn = list(itertools.islice(batches, until_step + 1))
-    bad = _nonfinite_input(drawn)
-    held = flagged(group, bad is not None) if group is not None else ([0] if bad is not None else [])
-    if held:
-        if bad is None:
-            return Cause(INPUT, until_step, "", mine=False)
-        at, position, index = bad
-        where = f"item {position} of the batch at step {config.start_step + at}, index {index}"
-        return Cause(INPUT, at, f"{where} held a non-finite value before the network saw it", position, index)
+    held = _input_cause(drawn, config.start_step, group)
+    if held is not None:
+        return held
     clip = step.clip_tensor(config.clip)
     every = max(1, config.layer_every)
     trial_loss = result.steps.column("loss").to_numpy(zero_copy_only=False)
@@ -101,6 +98,35 @@ def cause_of(
     )
 
 
+def input_fault(
+    config: TrialConfig,
+    workload_ref: str,
+    steps: int,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None,
+) -> Cause | None:
+    """The ``input`` cause among the first ``steps`` batches a run of ``config`` draws from its start (Watch:
+    the user's run from its snapshot), or None."""
+    workload = trial_workload(config, workload_ref, start)
+    stream = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
+    drawn = list(stream if group is None else shard_stream(stream, group))
+    return _input_cause(drawn, config.start_step, group)
+
+
+def _input_cause(drawn: list[tuple[Any, ...]], start_step: int, group: RankGroup | None) -> Cause | None:
+    """An ``input`` cause when a batch of ``drawn`` (on a gang: any rank's part, agreed) holds a
+    non-finite value."""
+    bad = _nonfinite_input(drawn)
+    held = flagged(group, bad is not None) if group is not None else ([0] if bad is not None else [])
+    if not held:
+        return None
+    if bad is None:
+        return Cause(INPUT, len(drawn) - 1, "", mine=False)
+    at, position, index = bad
+    where = f"item {position} of the batch at step {start_step + at}, index {index}"
+    return Cause(INPUT, at, f"{where} held a non-finite value before the network saw it", position, index)
+
+
 def _same(rerun: float, trial: float) -> bool:
     """Bit for bit as the steps table holds it (float32 widened), NaN equal to NaN."""
     a, b = np.float32(rerun), np.float32(trial)
@@ -121,4 +147,4 @@ def _nonfinite_input(batches: list[tuple[Any, ...]]) -> tuple[int, int, str] | N
     return None
 
 
-__all__ = ["Cause", "cause_of"]
+__all__ = ["Cause", "cause_of", "input_fault"]

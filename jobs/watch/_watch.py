@@ -412,7 +412,7 @@ class Watch:
         }
         #: what ``watch.json`` holds, for a caller that stays in Python
         self.report = write_outputs(self.out, spec, finding, policy, snapshot, failed_at, extra)
-        spec_path = Path(self.report["spec"])
+        spec_path = Path(self.report["spec"]) if self.report["spec"] else None
         print(one_line(finding, failed_at, snapshot, spec_path, self.out), flush=True)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,9 +20,10 @@ from typing import Any
 
 import yaml
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, INPUT, NOT_REPRODUCED
 
 from .._config import TrialConfig
+from ..localization._cause import input_fault
 from ..localization._localize import finding_order
 from ..training._data_parallel import PeerFailed, RankGroup
 from ._watch_snapshots import Policy, Snapshot
@@ -57,6 +59,9 @@ class Finding:
     ranks_broken: int | None = None
     #: the replay raised (the note says where and what): no Cell, and Watch's spec starts a search
     failed: bool = False
+    #: ``input`` (a batch held a non-finite value) or ``not_reproduced`` (the replay stayed finite): not
+    #: the precision settings, so no spec to sweep them is written; None: numerics, or nothing found
+    cause: str | None = None
 
 
 def localize_from(
@@ -93,6 +98,12 @@ def localize_from(
     config = _config(workload, workload_args, seed, policy, limit, start, start_from)
     compiled_step = None
     target = str(ms.get_context("device_target"))
+    bad = input_fault(config, workload, until + 1, params, group)
+    if bad is not None:  # no Cell is to blame for a batch that was broken before the network saw it
+        at = None if not bad.mine else start + bad.step
+        return Finding(
+            replay_step=at, note=bad.note or None, rank=None if group is None else group.rank, cause=INPUT
+        )
     if group is not None:
         # the ranks' compiled replay runs to where it breaks first, then each rank looks there
         table = replayed(config, workload, "nonfinite", (target, limit - 1), None, params, group)
@@ -100,7 +111,9 @@ def localize_from(
         # The user's graph and the replay's round float16 differently, so the replay may break a few
         # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
         compiled_at = _first_nonfinite_compiled(config, workload, limit, params)
-        look_at = until if compiled_at is None else compiled_at
+        if compiled_at is None:
+            return Finding(cause=NOT_REPRODUCED, note=_not_reproduced(failed_at, start, limit))
+        look_at = compiled_at
         table = replayed(config, workload, "nonfinite", (target, look_at), None, params, None)
         compiled_step = None if compiled_at is None else start + compiled_at
     if table.num_rows == 0:
@@ -121,6 +134,17 @@ def localize_from(
         note=row["note"],
         rank=None if group is None else group.rank,
         ranks_broken=None if group is None else 1,
+    )
+
+
+def _not_reproduced(failed_at: int, start: int, limit: int) -> str:
+    """'The NaN at step 1,649 did not reproduce from the snapshot at step 1,600: ...'"""
+    import mindspore as ms
+
+    device = f"device {ms.get_context('device_id')} on node {socket.gethostname()}"
+    return (
+        f"The NaN at step {failed_at:,} did not reproduce from the snapshot at step {start:,} (the replay stayed "
+        f"finite through step {start + limit - 1:,}): not your precision settings. Suspect: {device}"
     )
 
 
@@ -159,6 +183,9 @@ def first_found(found: list[Finding], rank: int, dynamic: bool) -> Finding:
     failures = [f for f in found if f.failed]
     if failures:
         return next((f for index, f in enumerate(found) if f.failed and f.rank == index), failures[0])
+    inputs = [f for f in found if f.cause == INPUT and f.replay_step is not None]
+    if inputs:  # the rank whose part of the batch held it
+        return min(inputs, key=lambda f: (int(f.replay_step or 0), f.rank or 0))
     named = [f for f in found if f.cell_class is not None and f.replay_step is not None]
     if not named:
         return found[rank]
@@ -307,14 +334,19 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Write ``OUT/watch.json`` (what was found) and ``OUT/spec.yaml`` (what to run next); return the former."""
     out.mkdir(parents=True, exist_ok=True)
-    spec_path = out / "spec.yaml"
-    header = (
-        f"# written by ampsweep.Watch: the loss was first non-finite at step {failed_at}\n"
-        f"# run it with: ampsweep run {spec_path} --out {out / 'runs'}\n"
-    )
-    if extra.get("horizon_note"):
-        header += f"# {extra['horizon_note']}\n"
-    spec_path.write_text(header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None))
+    spec_path: Path | None = out / "spec.yaml"
+    if finding.cause is not None:  # a bad batch or a device fault: no precision setting is to sweep
+        spec_path = None
+    else:
+        header = (
+            f"# written by ampsweep.Watch: the loss was first non-finite at step {failed_at}\n"
+            f"# run it with: ampsweep run {spec_path} --out {out / 'runs'}\n"
+        )
+        if extra.get("horizon_note"):
+            header += f"# {extra['horizon_note']}\n"
+        out.joinpath("spec.yaml").write_text(
+            header + yaml.safe_dump(spec, sort_keys=False, default_flow_style=None)
+        )
     report = {
         "first_nonfinite_step": failed_at,
         "cell": finding.cell,
@@ -331,7 +363,8 @@ def write_outputs(
         "loss_scale": policy.loss_scale,
         **finding.detail,
         "note": finding.note,
-        "spec": str(spec_path),
+        "cause": finding.cause,
+        "spec": None if spec_path is None else str(spec_path),
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **extra,
     }
@@ -339,8 +372,12 @@ def write_outputs(
     return report
 
 
-def one_line(finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_path: Path, out: Path) -> str:
+def one_line(
+    finding: Finding, failed_at: int, snapshot: Snapshot | None, spec_path: Path | None, out: Path
+) -> str:
     """What was found and the command to run next, on one line."""
+    if spec_path is None:  # not the precision settings: the note says what it was
+        return f"ampsweep.Watch: loss non-finite at step {failed_at}: {finding.note}"
     start = f"replayed from the snapshot at step {snapshot.step}" if snapshot else "replayed from step 0"
     if finding.cell_class is not None:
         found = f"{finding.cell} ({finding.cell_class}) went non-finite in {finding.phase}"
