@@ -108,6 +108,25 @@ def agree(group: RankGroup, error: BaseException | None) -> None:
         raise PeerFailed(failed[0], group.size, error if failed[0] == group.rank else None)
 
 
+def join_group() -> RankGroup | None:
+    """Join the data-parallel group the environment names (``MS_ROLE=MS_WORKER``); None: a single device.
+
+    Called once per process (the actor's start), after ``mindspore.set_device``:
+    ``communication.init()`` blocks until every rank and the scheduler have
+    connected, then the process trains in MindSpore's data-parallel mode with
+    gradients averaged.
+    """
+    if os.environ.get(ROLE_ENV) != WORKER_ROLE:
+        return None
+    import mindspore as ms
+    from mindspore import communication
+
+    communication.init()
+    size = communication.get_group_size()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    return RankGroup(rank=communication.get_rank(), size=size)
+
+
 class UnevenBatch(ValueError):
     """A global batch whose first axis the devices do not divide."""
 
