@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -27,6 +27,11 @@ _IDENTITY_FIELDS = (
     "dtype",
     "seed",
 )
+#: what a user chooses (``Configuration``'s fields, but the device kind and the swept arguments)
+_CHOSEN_FIELDS = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
+#: the only placement before the axis existed: out of the ids, so those sweeps keep their trial ids
+#: and resume as they were
+_PLACEMENT_BEFORE_THE_AXIS = "inside"
 
 
 def _short_hash(payload: dict[str, Any]) -> str:
@@ -72,27 +77,32 @@ class TrialConfig:
     swept_args: tuple[str, ...] = ()
 
     @classmethod
-    def fp32(cls, workload: str, seed: int, steps: int, **settings: Any) -> TrialConfig:
-        """A plain FP32 run (O0: no black list, clip or loss scale), not localized: a prefix or a profile."""
+    def of(
+        cls, configuration: Configuration, seed: int, workload: str, steps: int, **settings: Any
+    ) -> TrialConfig:
+        """``configuration`` trained on ``seed``: the one place a trial is made from what a user chose.
+
+        ``settings`` are the other fields (``abort_after`` 10 unless given). ``workload_args`` holds
+        every argument's value, fixed or swept; the swept ones are those ``configuration`` names.
+        """
         return cls(
             workload=workload,
             steps=steps,
-            amp_level=FP32_LEVEL,
-            black_list=(),
-            clip=None,
-            loss_scale="none",
-            dtype="float16",
             seed=seed,
-            **{"localize": False, **settings},
+            **{"abort_after": 10, **settings},
+            **{name: getattr(configuration, name) for name in _CHOSEN_FIELDS},
+            swept_args=tuple(name for name, _ in configuration.workload_args),
         )
 
+    @classmethod
+    def fp32(cls, workload: str, seed: int, steps: int, **settings: Any) -> TrialConfig:
+        """A plain FP32 run (O0: no black list, clip or loss scale), not localized: a prefix or a profile."""
+        return cls.of(Configuration(FP32_LEVEL), seed, workload, steps, **{**settings, "localize": False})
+
     def canonical(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["black_list"] = sorted(self.black_list)
-        canonical = {key: data[key] for key in _IDENTITY_FIELDS}
-        # ``inside`` was the only placement before the axis existed: it stays out of
-        # the hash so those sweeps keep their trial ids and resume as they were
-        if self.loss_placement != "inside":
+        canonical = {key: getattr(self, key) for key in _IDENTITY_FIELDS}
+        canonical["black_list"] = sorted(self.black_list)
+        if self.loss_placement != _PLACEMENT_BEFORE_THE_AXIS:
             canonical["loss_placement"] = self.loss_placement
         # a trial from step 0 keeps the id it had before trials could fork
         if self.start_step or self.start_from:
@@ -117,21 +127,16 @@ class TrialConfig:
         (clip, seed, a static scale's value) share one network and one compile."""
         graph = {"workload": self.workload, "workload_args": self.workload_args}
         graph.update(self.configuration.graph_fields())
-        if self.loss_placement == "inside":
+        if self.loss_placement == _PLACEMENT_BEFORE_THE_AXIS:
             graph.pop("loss_placement", None)  # out of the hash, as in :meth:`canonical`
         return _short_hash(graph)
 
     @cached_property
     def configuration(self) -> Configuration:
         """What the user chose for this trial, except the seed (no device kind: not run yet)."""
+        swept = {name: self.workload_args[name] for name in self.swept_args}
         return Configuration(
-            self.amp_level,
-            self.black_list,
-            self.clip,
-            self.loss_scale,
-            self.dtype,
-            self.loss_placement,
-            workload_args=workload_args_of({name: self.workload_args[name] for name in self.swept_args}),
+            **{name: getattr(self, name) for name in _CHOSEN_FIELDS}, workload_args=workload_args_of(swept)
         )
 
     @property

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ampsweep.analysis import SweepAnalysis
+    from ampsweep.contracts import TrialVerdict
     from ampsweep.jobs import Profile
 
 
@@ -51,11 +52,17 @@ class SweepResult:
 
         return load_trials(self.root)
 
-    def analyze(self) -> SweepAnalysis:
-        """Scores, ranking and recommendation, computed once."""
+    def analyze(self, *, figures: bool = True) -> SweepAnalysis:
+        """Scores, ranking and recommendation, computed once (``figures=False``: the ranking only)."""
         from ampsweep.analysis import analyze
 
-        return analyze(self.root)
+        return analyze(self.root, figures=figures)
+
+    def verdicts(self) -> dict[str, TrialVerdict]:
+        """Each committed trial's verdict, the one the ranking and the report give: what a search decides from."""
+        from ampsweep.analysis import trial_verdicts
+
+        return trial_verdicts(self.root)
 
     def report(self, analysis: SweepAnalysis | None = None) -> Path:
         """Write ``report/`` (Markdown, HTML, JSON, CSV) and return its folder."""

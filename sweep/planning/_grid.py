@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from ampsweep.contracts import FP32_LEVEL
+from ampsweep.contracts import FP32_LEVEL, Configuration, workload_args_of
 from ampsweep.jobs import TrialConfig
 
 from ._spec import SweepSpec
@@ -15,14 +15,38 @@ if TYPE_CHECKING:
     from ._start import Starts
 
 
-def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConfig]:
-    """Every point of the product of the axes, in a deterministic order, without duplicates.
+def sweep_trial(
+    spec: SweepSpec,
+    chosen: Configuration,
+    seed: int,
+    swept: dict[str, Any],
+    starts: Starts | None = None,
+    steps: int | None = None,
+) -> TrialConfig:
+    """``chosen`` on ``seed`` with the spec's run settings, from the seed's start (``starts``, the spec's
+    resolved ``start_from``); ``swept``: the values of the workload arguments ``chosen`` names."""
+    point = starts.for_seed(seed) if starts is not None else None
+    start, steps = point.step if point else 0, steps or spec.steps
+    return TrialConfig.of(
+        chosen,
+        seed,
+        spec.workload,
+        steps,
+        workload_args={**spec.workload_args, **swept},
+        abort_after=spec.abort_after,
+        layer_every=spec.layer_every,
+        localize=spec.localize,
+        devices=spec.devices_per_trial,
+        start_step=start,
+        start_from=point.snapshot if point else None,
+        # a trial that ends before the horizon keeps its end state: the answer continues from it
+        save_snapshot=spec.horizon is not None and spec.horizon > start + steps,
+    )
 
-    ``starts`` (the spec's resolved ``start_from``) forks each seed's trials
-    from its snapshot.
-    """
+
+def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConfig]:
+    """Every point of the product of the axes, in a deterministic order, without duplicates."""
     grid = spec.grid
-    swept = tuple(grid.workload_args)
     trials: dict[str, TrialConfig] = {}
     for level, black, clip, scale, dtype, placement, args, seed in itertools.product(
         grid.amp_level,
@@ -34,29 +58,11 @@ def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConf
         itertools.product(*grid.workload_args.values()),
         grid.seed,
     ):
-        config = TrialConfig(
-            workload=spec.workload,
-            workload_args={**spec.workload_args, **dict(zip(swept, args))},
-            swept_args=swept,
-            steps=spec.steps,
-            abort_after=spec.abort_after,
-            layer_every=spec.layer_every,
-            localize=spec.localize,
-            amp_level=level,
-            black_list=tuple(dict.fromkeys(black)),
-            clip=None if clip is None else float(clip),
-            loss_scale=scale,
-            dtype=dtype,
-            seed=seed,
-            loss_placement=placement,
-            devices=spec.devices_per_trial,
+        swept = dict(zip(grid.workload_args, args))
+        chosen = Configuration(
+            level, tuple(black), clip, scale, dtype, placement, workload_args=workload_args_of(swept)
         )
-        point = starts.for_seed(seed) if starts is not None else None
-        if point is not None:
-            config = replace(config, start_step=point.step, start_from=point.snapshot)
-        if spec.horizon is not None and spec.horizon > config.start_step + config.steps:
-            # each trial keeps its end state: the ones the answer depends on continue from it
-            config = replace(config, save_snapshot=True)
+        config = sweep_trial(spec, chosen, seed, swept, starts)
         trials.setdefault(config.trial_id, config)
     return list(trials.values())
 

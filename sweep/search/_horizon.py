@@ -1,36 +1,15 @@
 """``horizon:``: continue the answer to the length of the user's training before it is final.
 
-A sweep shorter than the user's training can recommend a configuration that
-breaks later (late_softmax's 600-step answer goes NaN at ~1,417). With a
-``horizon`` past the trials' end, every grid trial keeps its end state
-(``TrialConfig.save_snapshot``), and after the grid, round by round (a
-``RoundSearch``, run by ``_rounds.run_rounds`` on the grid's workers):
-
-1. the analysis ranks the sweep and names its recommendation;
-2. that configuration continues on every seed from each seed's own snapshot
-   to the horizon (the fork machinery of ``start_from``: a ``trial-<id>``
-   snapshot instead of a prefix), in the sub-folder ``horizon/``; beside it,
-   on the workers it would leave idle, the best runner-up that the FP32
-   profile's forecast favours (one that keeps in FP32 a class forecast to pass
-   65504 before the horizon, or scales the loss where gradients underflow);
-3. the analysis reads the continuations (a configuration whose continuation
-   broke is broken at that step, ``analysis.compute._load``) and ranks again.
-   A break is localized like any trial's (``horizon.json`` keeps the Cell it
-   named), and the recommendation moves to the next candidate, which is
-   continued in turn, beside the best runner-up that keeps the named class in FP32.
-4. Where a break named a class and the sweep has no configuration that is the
-   broken one with that class in FP32, the next round adds it, as ``search:
-   adaptive`` would: ordinary trials of the sweep (its folder, its
-   ``plan.json``) from each seed's own start, as long as the grid's. Not the
-   broken one's end state with the class switched to FP32 at the trials' end:
-   that tests a change made mid-training, while the answer is a configuration
-   the user trains from the start, judged like every other against FP32 from
-   the same start. Ranked, it is continued like any candidate, from its own end.
-5. It stops once the recommendation has held to the horizon on every seed, or
-   nothing is left to continue.
-
-The forecast orders the work; it never decides: every answer held, measured.
-``horizon.json`` records what was continued, why, and how far each held.
+What is continued, in which order and when it stops: ``docs/late-divergence.md``
+("The horizon"); why a round is short: ``docs/internals.md`` ("The horizon's
+rounds"). A ``RoundSearch``, run by ``run_rounds`` on the grid's workers. The
+analysis reads the continuations (``analysis.compute._load``: a configuration
+whose continuation broke is broken at that step). A configuration a break asks
+for is added as ordinary trials of the sweep from each seed's own start, not as
+the broken one's end state with the class switched to FP32: that would test a
+change made mid-training, while the answer is a configuration the user trains
+from the start, judged like every other against FP32 from the same start. The
+forecast orders the work; it never decides.
 """
 
 from __future__ import annotations
@@ -137,14 +116,13 @@ class HorizonCheck:
     # the round protocol ----------------------------------------------------------------------------
     def propose(self) -> Batch | None:
         """Configurations a break asked for, else the continuations of this round; None: the answer is final."""
-        from ampsweep.analysis import analyze
-
         while self._round < self._limit:
             self._round += 1
             lacking = self._lacking()
             if lacking:
                 return self._add(lacking)
-            batch = self._candidates(analyze(self.store.root, figures=False).ranking)
+            # the sweep's ranking, with every round so far: the continuations' breaks included
+            batch = self._candidates(self.totals.analyze(figures=False).ranking)
             if not batch:
                 break
             made = self._continue(batch)

@@ -34,7 +34,8 @@ class RoundSearch(Protocol):
         """The next batch to run; None: the search is over."""
 
     def observe(self, batch: Batch, ran: SweepResult) -> None:
-        """``batch`` ran (its trials are committed): what it shows decides the next proposal."""
+        """``batch`` ran (its trials are committed): what ``ran`` shows (its counts, ``verdicts()`` and
+        ``analyze()``) decides the next proposal."""
 
 
 def run_rounds(search: RoundSearch, pool: WorkerPool, run: RunConfig, snapshots: str) -> None:

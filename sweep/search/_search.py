@@ -1,30 +1,13 @@
 """``search: adaptive``: find the smallest black list instead of testing guesses.
 
-For each mixed-precision level (× dtype × loss scale) of the grid:
-
-1. **baseline** — FP32 (O0) on every seed: what "learns as well as FP32" means.
-2. **grow** — the level with MindSpore's default black list. While the probe
-   is not stable (``ampsweep.contracts.configuration_verdict`` over its seeds,
-   the verdict the ranking uses: any seed diverged, failed or silent), add the Cell
-   class the localization replays named most often, and run again (at most
-   ``search_rounds`` classes).
-3. **shrink** — delta debugging: drop each added class whose removal keeps
-   every seed stable (a class added early may be unnecessary once a later one
-   is in).
-4. **clip** — every clip threshold of the grid on the minimal list.
-5. **confirm** — the best configurations on the minimal list (the analysis
-   ranking decides) again on ``confirm.seeds`` more seeds and
-   ``confirm.steps_factor`` times the steps, with their FP32 baselines, in the
-   sub-folder ``confirm/``: a divergence that hits one run in four, or starts
-   after the last step, is invisible to the grid.
-
-Every probe is an ordinary trial with an ordinary id, committed like a grid
-trial, so a resumed search finds its earlier rounds committed and takes the
-same decisions again without rerunning them. ``search.json`` records the path.
-
-The search is a ``RoundSearch`` (``_rounds``): written as one generator that
-yields each round's batch where it needs results, so the steps above read in
-order while ``run_rounds`` runs every batch on the sweep's worker pool.
+The steps (FP32 baselines, grow, shrink, clip, confirm) and ``search.json`` are
+``docs/localization.md`` ("Adaptive search"). A probe is stable by
+``configuration_verdict`` over its seeds, the verdict the ranking uses. Every
+probe is an ordinary trial with an ordinary id, so a resumed search finds its
+earlier rounds committed and takes the same decisions again without rerunning
+them. The search is one generator (a ``RoundSearch``) that yields each round's
+batch where it needs results: the steps read in order while ``run_rounds`` runs
+every batch on the sweep's worker pool.
 """
 
 from __future__ import annotations
@@ -37,6 +20,7 @@ from ampsweep.contracts import (
     CONFIRM_FOLDER,
     FP32_LEVEL,
     SEARCH_FILE,
+    Configuration,
     SearchFamily,
     SearchLog,
     SearchRound,
@@ -50,7 +34,7 @@ from ampsweep.contracts import (
 from ampsweep.jobs import TrialConfig
 
 from .._result import SweepResult
-from ..planning._grid import equivalents
+from ..planning._grid import equivalents, sweep_trial
 from ..planning._plan import SweepPlan, starts_of
 from ..store._store import SweepStore
 from ._rounds import Batch
@@ -86,6 +70,7 @@ class AdaptiveSearch:
         self.planned: dict[str, TrialConfig] = {}
         self.log = SearchLog(sweep=self.spec.name)
         self.totals = SweepResult(root=self.store.root, total=0, skipped=0, ran=0)
+        self.ran = self.totals  # the last round, as ``observe`` got it
         self.confirmed_trials = 0  # trials planned in the confirm/ sub-folder
         grid = self.spec.grid
         self.seeds = list(grid.seed)
@@ -101,7 +86,8 @@ class AdaptiveSearch:
             return None
 
     def observe(self, batch: Batch, ran: SweepResult) -> None:
-        self.totals.add_run(ran)  # the next step reads the verdicts from the committed trials
+        self.totals.add_run(ran)
+        self.ran = ran  # what the step the batch was for decides from
 
     # trials -------------------------------------------------------------------
     def _trial(
@@ -114,29 +100,20 @@ class AdaptiveSearch:
         level: str | None = None,
     ) -> TrialConfig:
         """A probe of ``family`` (or, with ``level=FP32_LEVEL``, its FP32 baseline)."""
-        spec = self.spec
         level = level or family.amp_level
-        point = self.workload.starts.for_seed(seed)
-        arguments = family.arguments if level != FP32_LEVEL else self._reference_arguments(family)
-        return TrialConfig(
-            start_step=point.step if point else 0,
-            start_from=point.snapshot if point else None,
-            workload=spec.workload,
-            workload_args={**spec.workload_args, **arguments},
-            swept_args=tuple(arguments),
-            steps=steps or spec.steps,
-            abort_after=spec.abort_after,
-            layer_every=spec.layer_every,
-            localize=spec.localize,
-            amp_level=level,
-            black_list=tuple(black),
-            clip=clip,
-            loss_scale=family.effective_loss_scale if level != FP32_LEVEL else "none",
-            dtype=family.dtype,
-            seed=seed,
-            loss_placement=family.loss_placement,
-            devices=spec.devices_per_trial,
+        fp32 = level == FP32_LEVEL
+        swept = self._reference_arguments(family) if fp32 else family.arguments
+        scale = "none" if fp32 else family.effective_loss_scale
+        chosen = Configuration(
+            level,
+            tuple(black),
+            clip,
+            scale,
+            family.dtype,
+            family.loss_placement,
+            workload_args=workload_args_of(swept),
         )
+        return sweep_trial(self.spec, chosen, seed, swept, self.workload.starts, steps)
 
     def _run(self, trials: list[TrialConfig], store: SweepStore | None = None) -> Steps[None]:
         """Run what is not committed yet; the plan written is every trial of the search so far
@@ -167,11 +144,9 @@ class AdaptiveSearch:
     def _evidence(
         self, store: SweepStore, family: SearchFamily, trials: list[TrialConfig]
     ) -> list[SeedEvidence]:
-        """Each seed's verdict (the analysis' own, the one the report prints), localized Cell and
-        underflow (the share of gradient values float16 lost, against the seed's FP32 run)."""
-        from ampsweep.analysis import trial_verdicts
-
-        verdicts = trial_verdicts(store.root)
+        """Each seed's verdict (the report's), localized Cell and underflow (the share of gradient values
+        float16 lost, against the seed's FP32 run), from the round that ran ``trials``."""
+        verdicts = self.ran.verdicts()
         evidence = []
         for trial in trials:
             verdict = verdicts[trial.trial_id]
@@ -349,10 +324,9 @@ class AdaptiveSearch:
         )
 
     def _best_clips(self, family: SearchFamily, black: list[str], top: int) -> list[float | None]:
-        """The clip thresholds of the ``top`` best configurations on ``black``, by the analysis ranking."""
-        from ampsweep.analysis import analyze
-
-        ranking = analyze(self.store.root, figures=False).ranking
+        """The clip thresholds of the ``top`` best configurations on ``black``, by the ranking after the
+        family's last round (in the sweep's folder)."""
+        ranking = self.ran.analyze(figures=False).ranking
         mine = ranking[
             (ranking["amp_level"] == family.amp_level)
             & (ranking["dtype"] == family.dtype)
