@@ -34,6 +34,8 @@ from .planning._workload_check import resolve_workload
 if TYPE_CHECKING:
     from ampsweep.jobs import Profile
 
+    from .store._pull import SweepSource
+
 EXIT_USAGE = 2
 #: what a shell reports for a process ended by SIGPIPE (128 + 13)
 EXIT_BROKEN_PIPE = 141
@@ -304,13 +306,9 @@ def _stop_ray() -> None:
 
 
 def _cmd_pull(args: argparse.Namespace) -> int:
-    from .store._pull import open_source, pull
+    from .store._pull import pull
 
-    try:
-        source = open_source(args.source, args.address)
-    except FileNotFoundError as exc:
-        raise SpecError("source", args.source, f"a sweep folder with a trials/ folder ({exc})") from None
-    result = pull(source, args.destination)
+    result = pull(_sweep_folder(args.source, "source", args.address), args.destination)
     print(
         f"pulled {result.copied} new trials into {result.destination} ({result.already_there} were already there)"
     )
@@ -330,11 +328,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from ampsweep.analysis import export_tensorboard
-    from ampsweep.analysis.compute._load import resolve
 
     check_writer(args.tensorboard)
-    if not resolve(args.sweep_dir).is_dir("trials"):
-        raise SpecError("sweep_dir", args.sweep_dir, "a sweep folder OUT/<name> with a trials/ folder")
+    _sweep_folder(args.sweep_dir)
     check_logdir(args.sweep_dir, args.tensorboard)
     done = export_tensorboard(args.sweep_dir, args.tensorboard)
     again = f", {done.rewritten} written again: what they show changed" if done.rewritten else ""
@@ -352,10 +348,20 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    if not (args.sweep_dir / "trials").is_dir():
-        raise SpecError("sweep_dir", str(args.sweep_dir), "a sweep folder OUT/<name> with a trials/ folder")
+    _sweep_folder(str(args.sweep_dir))
     _print_top(args.sweep_dir, args.top)
     return 0
+
+
+def _sweep_folder(location: str, field: str = "sweep_dir", address: str | None = None) -> SweepSource:
+    """The sweep folder at ``location`` (a path, a URI, or a path on the Ray head at ``address``); one
+    without ``trials/`` is a usage error, before anything reads it."""
+    from .store._pull import open_source
+
+    try:
+        return open_source(location, address)
+    except FileNotFoundError as exc:
+        raise SpecError(field, location, f"a sweep folder OUT/<name> with a trials/ folder ({exc})") from None
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
