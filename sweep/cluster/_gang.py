@@ -270,13 +270,7 @@ class GangActors:
         return self._call(actor, ("run_rank", config, workload_ref, hint, start))
 
     def profile(self, actor: Gang, args: tuple[Any, ...]) -> Any:
-        """Not on a gang: the FP32 headroom profile is a single-device run, and one rank alone
-        would wait in the step's collectives for ranks that never join it."""
-        key = object()
-        answer: Future[Any] = Future()
-        answer.set_exception(RuntimeError("the FP32 profile runs on a single device, not on a gang"))
-        self.completions.put((key, answer))
-        return key
+        raise NotImplementedError("a gang's sweep is profiled by the driver (``drive_trials``)")
 
     def _call(self, gang: Gang, args: tuple[Any, ...]) -> Any:
         key = object()

@@ -182,7 +182,8 @@ def drive_trials(
             heartbeat(running)
             bar.set_running(len(running))
 
-        # a gang's ranks train together: the single-device profile is the driver's (the CLI's) then
+        # not on a gang: the profile is a single-device run, and one rank alone would wait in the step's
+        # collectives for ranks that never join it; the driver (the CLI) profiles then
         profile = _profile_args(plan, workload_ref, forks) if run.profile and pool.gang_size == 1 else None
         answer = pool.run(dispatcher, beat, profile)
     if isinstance(answer, BaseException):
