@@ -22,6 +22,7 @@ all-reduced flag.
 from __future__ import annotations
 
 import hashlib
+import os
 import statistics
 import time
 from collections import deque
