@@ -22,7 +22,6 @@ from ._model import KindAnalysis, Recommendation, SweepAnalysis
 from .compute._anomalies import by_cause, read_anomalies
 from .compute._configs import config_scores
 from .compute._criteria import RankContext
-from .compute._evidence import kind_recommendation
 from .compute._figure_data import figure_data
 from .compute._horizon import held_to_of
 from .compute._learning_rate import LearningRate, learning_rate_of
@@ -32,6 +31,7 @@ from .compute._scores import fp32_reference, trial_scores
 from .compute._side_files import read_horizon, read_profile, read_search, read_spec_file
 from .wording._answer import answer_lines
 from .wording._code import recommendation_code
+from .wording._evidence import kind_recommendation
 from .wording._faults import unlocalized_lines
 from .wording._held import past_the_horizon
 from .wording._labels import label_columns

@@ -134,8 +134,6 @@ class Localization:
     #: the Cell's tensor held no inf/NaN: precision was lost here and a Cell after it overflowed
     #: (None: not recorded, in sweeps written before the column)
     finite: bool | None = None
-    #: the localization in one sentence (``analysis.compute._anomalies.localization_phrase``)
-    text: str = ""
     #: on a gang: the rank whose part of the global batch broke first, how many ranks' parts broke at
     #: that step, and the ranks (devices per trial); None, None, 1 on one device
     rank: int | None = None

@@ -41,12 +41,13 @@ from ampsweep.contracts import (
 )
 
 from ._public import analyze
-from ._writer import _atomic_write
+from ._writer import atomic_write
 from .compute._anomalies import localizations, read_anomalies
 from .compute._configs import as_run
 from .compute._load import SweepLocation, configurations, files_by_trial, list_parquet, resolve
 from .compute._scores import trial_scores
 from .compute._side_files import read_spec_file
+from .wording._faults import localization_phrase
 
 #: beside the runs: the sweep's folder, trial id -> its run's name and -> the digest of what the run shows
 MANIFEST = "ampsweep-export.json"
@@ -124,7 +125,7 @@ def export_tensorboard(sweep_dir: str | Path, logdir: str | Path, *, recommend: 
         found = [] if rows is None else localizations(rows, {trial_id: row["seed"]}, devices=devices)
         # a copy's steps are its source's, and so are its scores (the ranking scans only the source)
         source = scores.loc[row["equivalent_to"]] if row["equivalent_to"] in scores.index else row
-        shown = _shown(config, row, devices, source, found[0].text if found else None)
+        shown = _shown(config, row, devices, source, localization_phrase(found[0]) if found else None)
         if trial_id in runs and digests.get(trial_id) == _digest(shown):
             continue
         if trial_id not in runs:
@@ -146,7 +147,7 @@ def export_tensorboard(sweep_dir: str | Path, logdir: str | Path, *, recommend: 
         _recommend(folder, runs, result, scores)
     recommended = listed if recommend else done.get("recommended")
     record = {"sweep": loc.root, "runs": runs, "shown": digests, "listed": listed, "recommended": recommended}
-    _atomic_write(folder / MANIFEST, json.dumps(record, indent=1))
+    atomic_write(folder / MANIFEST, json.dumps(record, indent=1))
     again = len(already & changed.keys())
     return _sum(Exported(folder, len(changed) - again, len(already) - again, again), below)
 

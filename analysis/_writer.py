@@ -27,7 +27,6 @@ import yaml
 from ._analyze import analyze
 from ._model import SweepAnalysis
 from .compute._load import resolve
-from .compute._next_sweep import NEXT_SPEC_FILE, next_spec
 from .compute._side_files import read_spec_file
 from .render._csv import ranking_csv
 from .render._figures import report_figures
@@ -35,24 +34,21 @@ from .render._html import render_html
 from .render._markdown import render_markdown
 from .render._plot import FigureImage
 from .render._recommendation import recommendation_json
+from .wording._next_sweep import NEXT_SPEC_FILE, next_spec
 from .wording._text import failure_file
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    _atomic_write_bytes(path, text.encode("utf-8"))
-
 
 #: ``errno`` values of a filesystem that takes no more bytes: full, or over the user's quota
 _NO_SPACE = frozenset(code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None)
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """``data`` (text as UTF-8) into ``path``: written to a temporary name beside it, then renamed into place."""
     tmp: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a shared report from its readers
         os.replace(tmp, path)
     except BaseException as exc:
@@ -91,24 +87,24 @@ def write_report(
     if analysis is None:
         analysis = analyze(sweep_dir)
     target = Path(out_dir) if out_dir is not None else Path(resolve(sweep_dir).root) / "report"
-    _atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
-    _atomic_write(target / "recommendation.json", recommendation_json(analysis))
+    atomic_write(target / "ranking.csv", ranking_csv(analysis.ranking))
+    atomic_write(target / "recommendation.json", recommendation_json(analysis))
     if images is None:
         images = report_figures(analysis)
-    _atomic_write(target / "report.html", render_html(analysis, images=images))
+    atomic_write(target / "report.html", render_html(analysis, images=images))
     for index, drawn in enumerate(images):
         image = next((i for i in drawn if i.key.startswith("failure-")), None)
         if image is not None:  # report.md shows it as a file beside itself
-            _atomic_write_bytes(target / failure_file(index), base64.b64decode(image.png_base64))
+            atomic_write(target / failure_file(index), base64.b64decode(image.png_base64))
     following = next(
         (k.recommendation.next_sweep for k in analysis.kinds if k.recommendation.next_sweep), None
     )
     spec = read_spec_file(sweep_dir) if following is not None and following.has_spec else None
     if following is not None and spec is not None:
         text = yaml.safe_dump(next_spec(spec, following, spec_dir), sort_keys=False)
-        _atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
+        atomic_write(target / NEXT_SPEC_FILE, f"# {following.change}\n# why: {following.why}\n{text}")
     else:  # an earlier report's next spec no longer follows from this analysis
         (target / NEXT_SPEC_FILE).unlink(missing_ok=True)
     report = target / "report.md"
-    _atomic_write(report, render_markdown(analysis))
+    atomic_write(report, render_markdown(analysis))
     return report

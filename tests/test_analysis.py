@@ -974,7 +974,7 @@ def test_the_fp32_profile_a_run_wrote_is_a_report_section(tmp_path: Path) -> Non
     (root / "profile.json").write_text(json.dumps(profile))
     text = analysis.render_markdown(analysis.analyze(root))
     section = text.split("## float16 headroom of the FP32 run", 1)[1].split("\n## ", 1)[0]
-    assert "| ExpSoftmax | softmax | 4.2e+04 | 0.03 | 10.0 % | overflow |" in section
+    assert "| ExpSoftmax | softmax | 4.2e4 | 0.03 | 10 % | overflow |" in section
     assert "| Dense | fc1 | 4.7 | - | - | - |" in section
     assert "passes 65504 near step 1,761" in section and "loss scale this profile calls for: none" in section
     (root / "profile.json").write_text("not json")

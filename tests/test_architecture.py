@@ -186,7 +186,24 @@ def test_the_analysis_arrow_check_sees_the_folders():
     """The graph resolves ``from ..compute._anomalies import ...`` to the module in its folder, so an arrow
     the wrong way (compute -> wording) would show up as one."""
     graph = _graph()
-    assert "ampsweep.analysis.compute._anomalies" in graph["ampsweep.analysis.wording._labels"]
-    assert _analysis_folder("ampsweep.analysis.wording._labels") == "wording"
+    assert "ampsweep.analysis.compute._anomalies" in graph["ampsweep.analysis.wording._faults"]
+    assert _analysis_folder("ampsweep.analysis.wording._faults") == "wording"
     assert _analysis_folder("ampsweep.analysis._model") is None
     assert _analysis_folder("ampsweep.analysis.compute") is None  # a package's __init__ sits above its folder
+
+
+@pytest.mark.parametrize("part", ["analysis", "contracts"])
+def test_a_name_another_module_uses_is_public(part):
+    """``from ._x import _y`` across modules is refused: a name other modules use is its owner's public
+    name (importing a private *module*, ``from . import _classes``, is how the package is laid out)."""
+    for path in PARTS[part].rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            folder = path.parents[node.level - 1].joinpath(*(node.module or "").split("."))
+            private = [
+                a.name
+                for a in node.names
+                if a.name.startswith("_") and not (folder / f"{a.name}.py").exists()
+            ]
+            assert not private, f"{path.relative_to(ROOT)} imports the private {private} from {node.module}"

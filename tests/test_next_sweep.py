@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from ampsweep.analysis._model import Localization
-from ampsweep.analysis.compute._next_sweep import diagnose, next_spec
+from ampsweep.analysis.wording._next_sweep import diagnose, next_spec
 
 
 def _scores(verdict: str, underflow: float, loss_scale: str = "none") -> pd.DataFrame:
@@ -40,7 +40,7 @@ def _cell(cls: str = "ExpSoftmax", kind: str = "nonfinite") -> Localization:
 
 def test_silent_trials_whose_gradients_float16_lost_get_loss_scaling():
     sweep = diagnose(_scores("silent", 0.98), None)
-    assert sweep.cause == "underflow" and "underflow" in sweep.why and "98%" in sweep.why
+    assert sweep.cause == "underflow" and "underflow" in sweep.why and "98 %" in sweep.why
     scales = sweep.grid["loss_scale"]
     assert scales[0] == "dynamic" and scales[1].startswith("static:")
     assert int(scales[1].split(":")[1]) > 2**16, "tiny FP32 gradients call for a large static scale"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ._configuration import (
     ARG_COLUMN_PREFIX,
-    FLOAT32_NAMES,
+    LOSS_INSIDE,
+    LOSS_OUTSIDE,
     NAME_SEPARATOR,
     Configuration,
     arg_column,
@@ -22,6 +23,7 @@ from ._configuration import (
     clip_name,
     clip_value,
     dtype_name,
+    is_float32,
     is_precision_knob,
     level_name,
     loss_placement_name,
@@ -79,6 +81,7 @@ from ._loss_scale import (
     parse_loss_scale,
     static_scale_for,
 )
+from ._numbers import num, number, pct
 from ._plan import PlanEntry, decode_plan, encode_plan
 from ._reference import ReferenceFormError, WorkloadReference, locate_file, parse_reference
 from ._search import (
@@ -212,5 +215,10 @@ __all__ = [
     "reference_value",
     "workload_args_of",
     "workload_args_value",
-    "FLOAT32_NAMES",
+    "is_float32",
+    "LOSS_INSIDE",
+    "LOSS_OUTSIDE",
+    "num",
+    "number",
+    "pct",
 ]

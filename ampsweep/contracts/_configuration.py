@@ -1,50 +1,12 @@
 """A configuration: everything the user chooses for a trial except the seed, as one value, and its name.
 
-The driver plans trials by it, the horizon continues it, and the analysis
-groups seeds, names rows and finds a row's neighbours by it. Its identity,
-its names and the part of it that makes a compiled graph live here only, so
-"the same configuration" means one thing in ``plan.json``, ``horizon.json``,
-``ranking.csv`` and the report. The values are normalized on construction: a
-Parquet row (a NumPy array black list, a NaN clip), a ranking row (a tuple, a
-None clip) and a spec (a list in the user's order) give equal configurations
-exactly when they are the same choice (the black list is sorted and
-deduplicated, a missing clip is ``None``).
-
-The terminal, report.md, report.html, ranking.csv, recommendation.json and
-``ampsweep plan`` all call a configuration by the words built here, so the
-"O2 · FP32: CustomNorm · clip 5.0" a user reads in one place is the name they
-find in every other. The style:
-
-* parts joined by `` · ``, in the order a user chooses them: the AMP level
-  (with the low-precision dtype when it is not float16, or when asked for),
-  the classes kept in FP32 (``FP32: CustomNorm, ExpSoftmax``), the workload's
-  own swept arguments in the user's words (``softmax_dtype=float32``), the clip
-  (``clip 5.0`` / ``no clip``), the loss scale (``loss scale dynamic``, left
-  out when there is none), where the loss runs (``loss outside``) and the
-  device kind (``on gpu``); the last two only when asked for (``spell``);
-* **O0 is FP32.** Under O0 nothing is cast: the name is ``FP32``, with no
-  black list, no dtype, no loss placement and no "no clip" (a clip is named
-  when one was set); the planner counts the O0 trials that differ only in
-  those as equivalent, so the ranking never shows two of them. A swept
-  workload argument whose value is a low-precision dtype name
-  (``compute_dtype=float16``) makes O0 not FP32: such a configuration is
-  named ``O0 · compute_dtype=float16``.
-
-**The user's own knobs** (``grid.workload_args``): a swept keyword argument of
-the workload's factory is part of the configuration, as ``(name, text)`` pairs
-sorted by name, each value written by :func:`arg_text` only, and carried in the
-trials table as a column ``arg_<name>`` (:func:`arg_column`). An argument whose
-values are float dtype names is a *precision knob*: the FP32 reference of a
-trial is the O0 trial with every such knob at float32
-(:func:`reference_value`), and every other swept argument at the trial's own
-value.
-
-:meth:`Configuration.name` is the name a person reads, with only the optional
-parts that differ between the rows shown; :attr:`Configuration.id` spells every
-part (the stable key, ``config_id`` in ranking.csv and recommendation.json). A
-clip threshold is written by :func:`clip_value` only (``5.0``, ``off``), a
-black list by :func:`black_list_value` only. Plain values in, text out (no
-pandas), so every part can import it.
+The driver plans trials by it, the horizon continues it and the analysis groups seeds, names rows and
+finds a row's neighbours by it, so "the same configuration" means one thing in ``plan.json``,
+``horizon.json``, ``ranking.csv`` and the report. Values are normalized on construction: a Parquet row, a
+ranking row and a spec give equal configurations exactly when they are the same choice. The names every
+output uses ("O2 · FP32: CustomNorm · clip 5.0"; O0 is "FP32") are described in docs/ranking.md ("What a
+person sees first"); swept workload arguments and precision knobs in docs/spec.md. Plain values in, text
+out (no pandas), so every part can import it.
 """
 
 from __future__ import annotations
@@ -57,11 +19,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar
 
 from ._loss_scale import parse_loss_scale
+from ._numbers import number
 from ._verdict import FP32_LEVEL
 
 NAME_SEPARATOR = " · "
 FP32_NAME = "FP32"
 DEFAULT_DTYPE = "float16"
+#: where the loss runs: outside the cast network (the default) or inside it, with the network; a trial
+#: written before the ``loss_placement`` column ran it inside (the loader says so, once)
+LOSS_OUTSIDE, LOSS_INSIDE = "outside", "inside"
 #: the parts a name spells only when asked: those that differ between the rows shown
 OPTIONAL_PARTS = frozenset({"dtype", "loss_placement", "device_kind"})
 
@@ -70,7 +36,7 @@ OPTIONAL_PARTS = frozenset({"dtype", "loss_placement", "device_kind"})
 ARG_COLUMN_PREFIX = "arg_"
 #: float dtype names, as a factory's argument spells them: an argument with such values is a precision knob
 FLOAT_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "fp64"})
-FLOAT32_NAMES = frozenset({"float32", "fp32", "float64", "fp64"})
+_FLOAT32_NAMES = frozenset({"float32", "fp32", "float64", "fp64"})
 _DTYPE_PREFIX = re.compile(r"^(mindspore\.|mstype\.|ms\.)")
 
 #: a swept workload argument of a configuration: its name and its value's text (:func:`arg_text`)
@@ -99,6 +65,11 @@ def dtype_name(text: str) -> str | None:
     return name if name in FLOAT_DTYPE_NAMES else None
 
 
+def is_float32(value: Any) -> bool:
+    """Whether ``value`` names float32 (or wider): 'float32', 'mstype.float32', 'fp32', 'float64'."""
+    return dtype_name(str(value)) in _FLOAT32_NAMES
+
+
 def is_precision_knob(values: Sequence[Any]) -> bool:
     """Whether a swept argument sets a precision: every value is a float dtype name."""
     return bool(values) and all(isinstance(v, str) and dtype_name(v) is not None for v in values)
@@ -109,7 +80,7 @@ def reference_value(values: Sequence[Any]) -> Any | None:
     (None when it has no float32 value), else None: the reference then matches each trial's own value."""
     if not is_precision_knob(values):
         return None
-    return next((v for v in values if dtype_name(v) in FLOAT32_NAMES), None)
+    return next((v for v in values if is_float32(v)), None)
 
 
 def workload_args_of(value: Any) -> tuple[WorkloadArg, ...]:
@@ -133,12 +104,7 @@ def workload_args_value(workload_args: Iterable[WorkloadArg]) -> str:
 
 def missing(value: Any) -> bool:
     """None, NaN or pandas' NA: a clip that is off."""
-    if value is None:
-        return True
-    try:
-        return math.isnan(float(value))
-    except TypeError:  # pd.NA
-        return True
+    return number(value) is None
 
 
 def clip_value(clip: Any) -> str:
@@ -210,7 +176,7 @@ class Configuration:
     clip: float | None = None
     loss_scale: str = "none"
     dtype: str = DEFAULT_DTYPE
-    loss_placement: str = "outside"
+    loss_placement: str = LOSS_OUTSIDE
     device_kind: str = ""
     #: the workload's own swept arguments (``grid.workload_args``): ``(name, value text)`` sorted by name
     workload_args: tuple[WorkloadArg, ...] = ()
@@ -273,7 +239,7 @@ class Configuration:
         return tuple(
             (name, value)
             for name, value in self.workload_args
-            if dtype_name(value) is not None and dtype_name(value) not in FLOAT32_NAMES
+            if dtype_name(value) is not None and not is_float32(value)
         )
 
     def args_name(self) -> str:
@@ -324,8 +290,8 @@ class Configuration:
         )
 
     def trial_name(self, seed: Any, spell: Iterable[str] = ()) -> str:
-        """One trial of it: 'O2 · FP32: A · clip 5.0 · seed 0'."""
-        return f"{self.name(spell)}{NAME_SEPARATOR}seed {seed}"
+        """One trial of it: 'O2 · FP32: A · clip 5.0 · seed 0' ('seed unknown' where none was recorded)."""
+        return f"{self.name(spell)}{NAME_SEPARATOR}seed {'unknown' if missing(seed) else int(seed)}"
 
     def with_black_list(self, classes: Iterable[str]) -> Configuration:
         """The same configuration keeping ``classes`` in FP32 instead."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ._formulas import learning_share, required_share
+from ._numbers import num, pct
 
 #: The AMP level that casts nothing: every FP32 baseline and reference runs at it.
 FP32_LEVEL: Final = "O0"
@@ -123,8 +124,8 @@ def trial_verdict(
         if share is not None and share < needed:
             return TrialVerdict(
                 Verdict.SILENT,
-                f"learns {max(share, 0.0):.0%} of FP32's loss decrease (needs {needed:.0%}): "
-                f"final loss {trial.final_loss:.3g} vs FP32 {fp32.final_loss:.3g} from {start:.3g}",
+                f"learns {pct(max(share, 0.0))} of FP32's loss decrease (needs {pct(needed)}): "
+                f"final loss {num(trial.final_loss)} vs FP32 {num(fp32.final_loss)} from {num(start)}",
             )
     if fp32.reached_target and trial.reached_target is False:
         return TrialVerdict(Verdict.SILENT, "never reaches the target loss while FP32 does")

@@ -6,7 +6,6 @@ they are the first ranking criteria and the words the report uses for them.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ampsweep.contracts import Verdict
@@ -30,19 +29,6 @@ CLIP_LABELS = {
     CLIP_OFTEN: "fires too often",
     CLIP_TOO_SMALL: "threshold too small",
 }
-
-
-def pct(rate: float) -> str:
-    """A share as a percentage; '<1 %' rather than a misleading '0 %'."""
-    if not np.isfinite(rate):
-        return "-"
-    if 0 < rate < 0.01:
-        return "<1 %"
-    return f"{rate * 100:.0f} %"
-
-
-def num(value: float) -> str:
-    return "-" if value is None or not np.isfinite(value) else f"{value:.3g}"
 
 
 def clip_class(clip: float, rate: float) -> int:

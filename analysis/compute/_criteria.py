@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW, Configuration
+from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW, Configuration, num, number, pct
 
 from . import _classes as cls
 from ._steps import FINAL_FRACTION
@@ -51,11 +51,8 @@ class RankContext:
 
 
 def _finite_or_inf(value: Any) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return math.inf
-    return value if math.isfinite(value) else math.inf
+    found = number(value)
+    return found if found is not None and math.isfinite(found) else math.inf
 
 
 @dataclass(frozen=True)
@@ -173,7 +170,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "diverged or failed seeds",
         "divergence_rate",
         rule="Fewer diverged or failed seeds.",
-        show=lambda r: cls.pct(float(r["divergence_rate"])),
+        show=lambda r: pct(r["divergence_rate"]),
     ),
     Criterion(
         "broke_at",
@@ -204,10 +201,10 @@ CRITERIA: tuple[Criterion, ...] = (
         "final loss",
         "final_loss_median",
         rule=(
-            f"Lower final loss (mean finite loss over the last {FINAL_FRACTION:.0%} of steps). Compared by the "
+            f"Lower final loss (mean finite loss over the last {pct(FINAL_FRACTION)} of steps). Compared by the "
             "seed-noise rule."
         ),
-        show=lambda r: cls.num(_finite_or_inf(r["final_loss_median"])),
+        show=lambda r: num(r["final_loss_median"]),
         seed_figure="final",
     ),
     Criterion(

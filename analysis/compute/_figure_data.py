@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import Configuration, clip_name, dtype_name
+from ampsweep.contracts import Configuration, clip_name, dtype_name, pct
 
 from .._model import (
     ClipLine,
@@ -114,7 +114,7 @@ def _label(row: pd.Series) -> str:
 
 
 def _clip_line(clip: float, rate: float) -> ClipLine:
-    fires = f": fires on {cls.pct(rate)} of steps" if np.isfinite(rate) else ""
+    fires = f": fires on {pct(rate)} of steps" if np.isfinite(rate) else ""
     return ClipLine(clip, rate, f"{clip_name(clip)}{fires}")
 
 
@@ -237,7 +237,7 @@ def layer_data(sweep_dir: str | Path, ranking: pd.DataFrame, scores: pd.DataFram
         n_layers=len(peak),
         peak=float(values.max()) if len(values) else 1.0,
         positive_range=(float(positive.min()), float(positive.max())) if positive.size else None,
-        label=Configuration.from_row(trial).trial_name("unknown" if pd.isna(seed) else int(seed)),
+        label=Configuration.from_row(trial).trial_name(seed),
     )
 
 

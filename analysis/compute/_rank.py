@@ -48,12 +48,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import clip_name
+from ampsweep.contracts import number
 
 from .._model import CONVERGENCE_COLUMNS, PER_SEED_CONVERGENCE, Fp32Reference
 from . import _classes as cls
-from ._anomalies import localizations_phrase
-from ._classes import pct
 from ._criteria import (
     AFTER_SCORES,
     BY_NAME,
@@ -63,7 +61,6 @@ from ._criteria import (
     Containment,
     RankContext,
     RankReason,
-    _finite_or_inf,
     adopt_rank,
     order_paths,
     rank_reason,
@@ -72,106 +69,6 @@ from ._criteria import (
 
 #: the criterion whose comparison is the FP32 part's size (its ``decided_by`` value)
 FP32_PART = BY_NAME["n_black_listed"]
-
-
-def runs(row: Mapping[str, Any]) -> str:
-    """'seeds' normally; 'trials' if a seed was run more than once in one configuration."""
-    return "seeds" if row["n_trials"] == row["n_seeds"] else "trials"
-
-
-def clip_phrase(row: Mapping[str, Any]) -> str:
-    """The clip figure in words, e.g. 'clip 1.0 fires on 97 % of steps: threshold too small'."""
-    kind = row["clip_class"]
-    if kind == cls.CLIP_OFF:
-        return "no clipping"
-    head = clip_name(row["clip"])
-    if kind == cls.CLIP_UNKNOWN:
-        return f"{head}: clip rate unknown (no finite steps recorded)"
-    if kind == cls.CLIP_NEVER:
-        return f"{head} never fires (inert)"
-    spread = ""
-    low, high = pct(row["clip_rate_min"]), pct(row["clip_rate_max"])
-    if low != high:
-        spread = f", {low}-{high} over {runs(row)}"
-    text = f"{head} fires on {pct(row['clip_rate_median'])} of steps{spread}"
-    if kind == cls.CLIP_IN_BAND:
-        return f"{text} (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
-    if kind == cls.CLIP_OFTEN:
-        return f"{text}: too often (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
-    return f"{text}: threshold too small"
-
-
-def unstable_phrase(row: Mapping[str, Any]) -> str:
-    """'diverged on 2/3 seeds (first non-finite step median 15); localized to ...'."""
-    n = row["n_trials"]
-    parts = []
-    if row["n_diverged"]:
-        part = f"diverged on {row['n_diverged']}/{n} {runs(row)}"
-        if np.isfinite(row["first_nonfinite_step_median"]):
-            part += f" (first non-finite step median {row['first_nonfinite_step_median']:.0f})"
-        parts.append(part)
-    if row["n_failed"]:
-        part = f"failed on {row['n_failed']}/{n} {runs(row)}"
-        if row["error"]:
-            part += f" ({row['error']})"
-        parts.append(part)
-    text = "; ".join(parts)
-    if row.get("localizations"):
-        text += f"; localized to {localizations_phrase(row['localizations'])}"
-    return text
-
-
-def progress_phrase(row: Mapping[str, Any]) -> str:
-    """Steps to target, final loss and speed of a stable row, in words."""
-    bits = []
-    if np.isfinite(row["steps_to_target_median"]):
-        spread = ""
-        if row["steps_to_target_min"] != row["steps_to_target_max"]:
-            spread = f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
-        bits.append(
-            f"reaches target {cls.num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
-            f"(median{spread})"
-        )
-    elif pd.notna(row["target_median"]):
-        bits.append(
-            f"reaches target {cls.num(row['target_median'])} on only "
-            f"{row['n_reached_target']}/{row['n_trials']} {runs(row)}"
-        )
-    if np.isfinite(row["final_loss_median"]):
-        bits.append(f"final loss {cls.num(row['final_loss_median'])}")
-    if np.isfinite(row["speed_vs_fp32_median"]):
-        bits.append(f"{row['speed_vs_fp32_median']:.2f}x FP32 speed")
-    return ", ".join(bits)
-
-
-def _with_bad_clip(row: Mapping[str, Any], text: str) -> str:
-    if row["clip_class"] in (cls.CLIP_OFTEN, cls.CLIP_TOO_SMALL):
-        return f"{text}; {clip_phrase(row)}"
-    return text
-
-
-def description(row: Mapping[str, Any], any_stable_mp: bool) -> str:
-    """What a ranking row is, in one sentence (before why it has its rank)."""
-    tier = row["tier"]
-    if tier == cls.TIER_UNSTABLE:
-        return _with_bad_clip(row, unstable_phrase(row))
-    if tier == cls.TIER_SILENT:
-        text = f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
-        if row.get("localizations"):
-            text += f"; localized to {localizations_phrase(row['localizations'])}"
-        return _with_bad_clip(row, text)
-    progress = progress_phrase(row)
-    head = f"stable on {row['n_trials']}/{row['n_trials']} {runs(row)}; {clip_phrase(row)}"
-    if progress:
-        head += f"; {progress}"
-    if tier == cls.TIER_FP32:
-        why = (
-            "not recommended because a stable mixed-precision configuration exists"
-            if any_stable_mp
-            else "no mixed-precision configuration is stable, so this is the fallback"
-        )
-        return f"FP32 baseline (O0), {why}; {head}"
-    return head
 
 
 def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankContext) -> list[tuple]:
@@ -197,8 +94,8 @@ def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankCo
 
 
 def _params(row: Mapping[str, Any]) -> float | None:
-    value = _finite_or_inf(row.get("fp32_params"))
-    return value if math.isfinite(value) else None
+    value = number(row.get("fp32_params"))
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _paths(row: Mapping[str, Any]) -> tuple[str, ...] | None:
@@ -329,7 +226,7 @@ def rank_configs(
     """
     ctx = ctx or RankContext()
     if configs.empty:
-        return configs.assign(rank=[], stability=[], recommended=[], rank_reason=[], description=[], label=[])
+        return configs.assign(rank=[], stability=[], recommended=[], rank_reason=[], label=[])
     frame, paths = ordered(hide_broken_scores(_classify(configs, reference)), ctx)
     frame["rank"] = np.arange(1, len(frame) + 1)
     any_stable_mp = bool((frame["tier"] == cls.TIER_STABLE).any())
@@ -339,7 +236,6 @@ def rank_configs(
     records = frame.to_dict("records")
     reasons = [FIRST] + [_fp32_reason(records, paths, i, ctx) for i in range(1, len(records))]
     frame["rank_reason"] = reasons
-    frame["description"] = [description(r, any_stable_mp) for r in records]
     frame["decided_by"] = [r.decided_by for r in reasons]
     frame["tied_on"] = [tuple(c.criterion for c in r.tied_on) for r in reasons]
     frame["tied_with_above"] = [r.tied_with_above for r in reasons]

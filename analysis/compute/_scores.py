@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 from ampsweep.contracts import (
-    FLOAT32_NAMES,
     FP32_LEVEL,
     TARGET_FROM_FP32,
     LearningEvidence,
@@ -36,8 +35,9 @@ from ampsweep.contracts import (
     TrialVerdict,
     Verdict,
     arg_column,
-    dtype_name,
+    is_float32,
     is_precision_knob,
+    number,
     reference_value,
     trial_verdict,
     underflow_excess,
@@ -85,7 +85,7 @@ def _model(trials: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         if not is_precision_knob(known):
             model = model + f"|{column}=" + values.fillna("").astype(str)
         elif reference_value(known) is not None:
-            at_fp32 &= values.isna() | values.map(lambda v: dtype_name(str(v)) in FLOAT32_NAMES)
+            at_fp32 &= values.isna() | values.map(is_float32)
     return model, at_fp32
 
 
@@ -278,14 +278,10 @@ def _column(trials: pd.DataFrame, name: str) -> pd.Series:
 def _underflow(scores: pd.DataFrame, fp32_zero: pd.Series) -> pd.Series:
     """Each trial's ``underflow_excess``: gradient values float16 lost, beyond its FP32 run's own zeros."""
     values = [
-        underflow_excess(_number(mine), _number(zeros))
+        underflow_excess(number(mine), number(zeros))
         for mine, zeros in zip(_column(scores, "underflow_fraction"), fp32_zero)
     ]
     return pd.Series([np.nan if v is None else v for v in values], index=scores.index, dtype="float64")
-
-
-def _number(value: object) -> float | None:
-    return None if pd.isna(value) else float(value)  # type: ignore[arg-type]
 
 
 def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerdict]:
@@ -305,15 +301,15 @@ def _verdicts(scores: pd.DataFrame, baseline_final: pd.Series) -> list[TrialVerd
         fp32_reached,
     ):
         trial = LearningEvidence(
-            final_loss=_number(final),
+            final_loss=number(final),
             # a trial whose steps were not scanned (an equivalent duplicate) has no steps_to_target
             reached_target=None if pd.isna(target) or pd.isna(rows) else bool(pd.notna(to_target)),
-            start_loss=_number(start),
+            start_loss=number(start),
         )
         fp32 = (
             None
             if pd.isna(fp32_final) and reached is None
-            else LearningEvidence(_number(fp32_final), reached, _number(fp32_start), float(spread))
+            else LearningEvidence(number(fp32_final), reached, number(fp32_start), float(spread))
         )
         out.append(trial_verdict(outcome, trial, fp32))
     return out

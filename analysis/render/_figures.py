@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ampsweep.contracts import FLOAT16_MAX
+from ampsweep.contracts import FLOAT16_MAX, num
 
 from .._model import (
     DivergenceGrid,
@@ -75,7 +75,7 @@ def loss_curves(data: LossFigureData | None, key: str) -> FigureImage | None:
     if not upper:
         return None
     if np.isfinite(data.target):
-        ax.axhline(data.target, color="grey", ls=":", lw=1, label=f"target loss {data.target:.3g}")
+        ax.axhline(data.target, color="grey", ls=":", lw=1, label=f"target loss {num(data.target)}")
     span = max(upper) - min(lower)
     ax.set_ylim(min(lower) - 0.05 * span, max(upper) + 0.15 * span)
     ax.set_xlabel("step")

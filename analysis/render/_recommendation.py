@@ -125,6 +125,7 @@ from .._model import (
     SweepAnalysis,
     clean,
 )
+from ..wording._faults import localization_phrase
 from ..wording._not_tried import not_tried_items
 
 SCHEMA = "ampsweep.recommendation/1"
@@ -134,7 +135,8 @@ _MIRRORED = ("config", "evidence", "seeds_agreeing", "seeds_total", "undecided",
 
 def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
     """One ``recommendations[]`` entry, derived from the dataclass (keys in schema order)."""
-    loc = None if rec.localization is None else asdict(rec.localization)
+    loc = rec.localization
+    loc_data = None if loc is None else {**asdict(loc), "text": localization_phrase(loc)}
     return clean(
         {
             "device_kind": rec.device_kind,
@@ -152,7 +154,7 @@ def recommendation_entry(rec: Recommendation) -> dict[str, Any]:
             "undecided": rec.undecided,
             "next_steps": rec.next_steps,
             "code": rec.code,
-            "localization": loc,
+            "localization": loc_data,
             "loss_placement": rec.loss_placement,
             "notes": rec.notes,
             "answer": list(rec.answer),

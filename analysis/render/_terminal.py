@@ -17,7 +17,6 @@ Formatting only: the rows come from the analysis in hand, nothing is read.
 from __future__ import annotations
 
 import io
-import math
 import shlex
 import shutil
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+
+from ampsweep.contracts import num, pct
 
 from .._model import TOP_COLUMNS, SweepAnalysis, top_rows
 from ..wording._not_tried import not_tried_items
@@ -48,15 +49,6 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((PIPE_WIDTH, 24)).columns if tty else PIPE_WIDTH
 
 
-def _fmt(value: Any, pattern: str) -> str:
-    try:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "-"
-        return pattern.format(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
 def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     rank = str(row["rank"]) + (" =" if row.get("tied_with_above") else "")
     if row.get("broke_at"):
@@ -65,8 +57,8 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     else:
         steps = row["steps_to_target_median"]
         to_target = "never" if pd.isna(steps) else f"{steps:,.0f}"
-        final = _fmt(row["final_loss_median"], "{:.3g}")
-    clip = "-" if pd.isna(row["clip"]) else _fmt(row["clip_rate_median"], "{:.0%}")
+        final = num(row["final_loss_median"])
+    clip = "-" if pd.isna(row["clip"]) else pct(row["clip_rate_median"])
     return (rank, str(row["label"]), str(row["outcome_text"]), clip, to_target, final, str(row["reason"]))
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, Configuration, black_list_value, clip_name, loss_scale_name
+from ampsweep.contracts import FP32_LEVEL, Configuration, black_list_value, clip_name, loss_scale_name, num
 
 from .._model import (
     NEXT_SPEC_FILE,
@@ -41,17 +41,8 @@ from .._model import (
     Recommendation,
 )
 from ..compute import _classes as cls
-from ..compute._anomalies import (
-    _dtype,
-    _num,
-    fp32_words,
-    in_fp32,
-    inner_sentence,
-    lost_precision,
-    overflowed_inside,
-    rank_phrase,
-    seed_list,
-)
+from ..compute._anomalies import in_fp32, lost_precision, overflowed_inside
+from ._faults import dtype_words, fp32_words, inner_sentence, rank_phrase, seed_list
 from ._held import held_line
 
 
@@ -84,33 +75,31 @@ def _who(loc: Localization) -> str:
 def _where(loc: Localization) -> str:
     ranks = rank_phrase(loc)
     step = "" if loc.replay_step is None else f"step ~{loc.replay_step:,.0f}, "
-    return f"{', ' + ranks if ranks else ''}; {step}seed{'s' if len(loc.seeds) != 1 else ''} {seed_list(loc.seeds)}"
+    return f"{', ' + ranks if ranks else ''}; {step}{seed_list(loc.seeds)}"
 
 
 def what_happened(loc: Localization) -> str:
     """The localized Cell in a sentence: what went wrong in it, and where."""
-    dtype = _dtype(loc.output_dtype or loc.input_dtype)
+    dtype = dtype_words(loc.output_dtype or loc.input_dtype)
     if loc.kind == "departure":
-        return f"{_who(loc)} departs from FP32 (relative error {_num(loc.rel_error)}){_where(loc)}"
+        return f"{_who(loc)} departs from FP32 (relative error {num(loc.rel_error, 'not recorded')}){_where(loc)}"
     if overflowed_inside(loc):
         if loc.inner_op:
             return f"{inner_sentence(loc)}, in `{loc.cell}`{_where(loc)}"
         return f"{inner_sentence(loc, _who(loc))}{_where(loc)}"
     if lost_precision(loc):
-        fp32 = "" if loc.fp32_max_abs is None else f" where FP32's is {_num(loc.fp32_max_abs)}"
+        fp32 = "" if loc.fp32_max_abs is None else f" where FP32's is {num(loc.fp32_max_abs)}"
         return (
             f"{_who(loc)} loses precision in {dtype} in the forward pass: its output stays finite but reaches "
-            f"max|x| {_num(loc.max_abs)}{fp32}, and the overflow follows from it{_where(loc)}"
+            f"max|x| {num(loc.max_abs, 'not recorded')}{fp32}, and the overflow follows from it{_where(loc)}"
         )
     versus = "" if in_fp32(loc) else f", {fp32_words(loc.fp32_max_abs, loc)}"
     if loc.phase == "backward":
         return (
-            f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {_num(loc.max_abs)}"
+            f"the gradient into {_who(loc)} overflows {dtype} in the backward pass (max|x| {num(loc.max_abs, 'not recorded')}"
             f"{versus}){_where(loc)}"
         )
-    return (
-        f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {_num(loc.max_abs)}{versus}){_where(loc)}"
-    )
+    return f"{_who(loc)} overflows {dtype} in the forward pass (max|x| {num(loc.max_abs, 'not recorded')}{versus}){_where(loc)}"
 
 
 def cause_text(rec: Recommendation) -> str:

@@ -25,16 +25,118 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ampsweep.contracts import clip_name, num, pct
+
 from ..compute import _classes as cls
-from ..compute._anomalies import localizations_phrase
 from ..compute._criteria import Comparison, Containment, RankReason
+from ._faults import localizations_phrase
 
 Row = Mapping[str, Any]
 
 #: Columns :func:`label_columns` adds to a ranking (its ``label`` is the ranking's own).
-LABEL_COLUMNS = ("outcome_text", "broke_at", "reason", "localized", "phrase", "rule")
+LABEL_COLUMNS = ("description", "outcome_text", "broke_at", "reason", "localized", "phrase", "rule")
 #: words of a score measured but never deciding
 _SHOWN = "(measured on CPU: shown, never decides)"
+
+
+def runs(row: Row) -> str:
+    """'seeds' normally; 'trials' if a seed was run more than once in one configuration."""
+    return "seeds" if row["n_trials"] == row["n_seeds"] else "trials"
+
+
+def clip_phrase(row: Row) -> str:
+    """The clip figure in words, e.g. 'clip 1.0 fires on 97 % of steps: threshold too small'."""
+    kind = row["clip_class"]
+    if kind == cls.CLIP_OFF:
+        return "no clipping"
+    head = clip_name(row["clip"])
+    if kind == cls.CLIP_UNKNOWN:
+        return f"{head}: clip rate unknown (no finite steps recorded)"
+    if kind == cls.CLIP_NEVER:
+        return f"{head} never fires (inert)"
+    spread = ""
+    low, high = pct(row["clip_rate_min"]), pct(row["clip_rate_max"])
+    if low != high:
+        spread = f", {low}-{high} over {runs(row)}"
+    text = f"{head} fires on {pct(row['clip_rate_median'])} of steps{spread}"
+    if kind == cls.CLIP_IN_BAND:
+        return f"{text} (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    if kind == cls.CLIP_OFTEN:
+        return f"{text}: too often (healthy band: up to {pct(cls.HEALTHY_CLIP_MAX)})"
+    return f"{text}: threshold too small"
+
+
+def unstable_phrase(row: Row) -> str:
+    """'diverged on 2/3 seeds (first non-finite step median 15); localized to ...'."""
+    n = row["n_trials"]
+    parts = []
+    if row["n_diverged"]:
+        part = f"diverged on {row['n_diverged']}/{n} {runs(row)}"
+        if np.isfinite(row["first_nonfinite_step_median"]):
+            part += f" (first non-finite step median {row['first_nonfinite_step_median']:.0f})"
+        parts.append(part)
+    if row["n_failed"]:
+        part = f"failed on {row['n_failed']}/{n} {runs(row)}"
+        if row["error"]:
+            part += f" ({row['error']})"
+        parts.append(part)
+    text = "; ".join(parts)
+    if row.get("localizations"):
+        text += f"; localized to {localizations_phrase(row['localizations'])}"
+    return text
+
+
+def progress_phrase(row: Row) -> str:
+    """Steps to target, final loss and speed of a stable row, in words."""
+    bits = []
+    if np.isfinite(row["steps_to_target_median"]):
+        spread = ""
+        if row["steps_to_target_min"] != row["steps_to_target_max"]:
+            spread = f", {row['steps_to_target_min']:.0f}-{row['steps_to_target_max']:.0f}"
+        bits.append(
+            f"reaches target {num(row['target_median'])} in {row['steps_to_target_median']:.0f} steps "
+            f"(median{spread})"
+        )
+    elif pd.notna(row["target_median"]):
+        bits.append(
+            f"reaches target {num(row['target_median'])} on only "
+            f"{row['n_reached_target']}/{row['n_trials']} {runs(row)}"
+        )
+    if np.isfinite(row["final_loss_median"]):
+        bits.append(f"final loss {num(row['final_loss_median'])}")
+    if np.isfinite(row["speed_vs_fp32_median"]):
+        bits.append(f"{row['speed_vs_fp32_median']:.2f}x FP32 speed")
+    return ", ".join(bits)
+
+
+def _with_bad_clip(row: Row, text: str) -> str:
+    if row["clip_class"] in (cls.CLIP_OFTEN, cls.CLIP_TOO_SMALL):
+        return f"{text}; {clip_phrase(row)}"
+    return text
+
+
+def description(row: Row, any_stable_mp: bool) -> str:
+    """What a ranking row is, in one sentence (before why it has its rank)."""
+    tier = row["tier"]
+    if tier == cls.TIER_UNSTABLE:
+        return _with_bad_clip(row, unstable_phrase(row))
+    if tier == cls.TIER_SILENT:
+        text = f"finite on all {row['n_trials']} {runs(row)} but {row['silent_reason']} (silent failure)"
+        if row.get("localizations"):
+            text += f"; localized to {localizations_phrase(row['localizations'])}"
+        return _with_bad_clip(row, text)
+    progress = progress_phrase(row)
+    head = f"stable on {row['n_trials']}/{row['n_trials']} {runs(row)}; {clip_phrase(row)}"
+    if progress:
+        head += f"; {progress}"
+    if tier == cls.TIER_FP32:
+        why = (
+            "not recommended because a stable mixed-precision configuration exists"
+            if any_stable_mp
+            else "no mixed-precision configuration is stable, so this is the fallback"
+        )
+        return f"FP32 baseline (O0), {why}; {head}"
+    return head
 
 
 def _values(c: Comparison) -> str:
@@ -176,6 +278,8 @@ def label_columns(ranking: pd.DataFrame) -> pd.DataFrame:
     """``ranking`` with :data:`LABEL_COLUMNS` added (worded once; every renderer reads them)."""
     if ranking.empty:
         return ranking.assign(**{c: pd.Series([], dtype="object") for c in LABEL_COLUMNS})
+    any_stable_mp = bool((ranking["tier"] == cls.TIER_STABLE).any())
+    ranking = ranking.assign(description=[description(r, any_stable_mp) for r in ranking.to_dict("records")])
     records = ranking.to_dict("records")
     return ranking.assign(
         outcome_text=[outcome_text(r) for r in records],

@@ -9,21 +9,14 @@ implies. The file is read with the rest of the sweep
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from ampsweep.contracts import num, pct
 
 from ._blocks import Bullets, Paragraph, Section, Table
 
 #: Cells the report lists: every one at risk, and the largest others up to this many in all.
 SHOWN = 8
-
-
-def _number(value: object) -> str:
-    return "-" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:.3g}"
-
-
-def _share(value: object) -> str:
-    return "-" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{100 * value:.1f} %"
 
 
 def profile_section(found: dict[str, Any]) -> Section:
@@ -35,9 +28,9 @@ def profile_section(found: dict[str, Any]) -> Section:
         (
             str(c.get("class", "")),
             str(c.get("cell", "")),
-            _number(c.get("forward_max")),
-            _number(c.get("backward_max")),
-            _share(c.get("underflow_fraction")),
+            num(c.get("forward_max")),
+            num(c.get("backward_max")),
+            pct(c.get("underflow_fraction")),
             str(c.get("risk") or "-"),
         )
         for c in shown

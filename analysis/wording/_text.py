@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, Configuration, black_list_value
+from ampsweep.contracts import FP32_LEVEL, PREFIX_SNAPSHOT, Configuration, black_list_value, num, pct
 
 from .._model import STATUS_NO_TRIALS, STATUS_RECOMMENDED, KindAnalysis, SweepAnalysis
 from ..compute._configs import first_line
@@ -21,7 +21,7 @@ from ..compute._heatmap import divergence_grids
 from ..compute._steps import SPIKE_FACTOR, SPIKE_WINDOW
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from ._captions import FAILURE_CAPTION, HEATMAP_CAPTION
-from ._faults import trial_label
+from ._faults import localization_phrase, trial_label
 from ._profile import profile_section
 from ._search import search_section
 
@@ -36,10 +36,6 @@ RANKING_HEADERS = (
     "vs the row above",
     "what it is",
 )
-
-
-def _num(value: float, digits: str = ".3g") -> str:
-    return "-" if pd.isna(value) else format(float(value), digits)
 
 
 def ranking_table(ranking: pd.DataFrame) -> Table:
@@ -57,13 +53,14 @@ def ranking_table(ranking: pd.DataFrame) -> Table:
         if r.get("broke_at"):
             to_target, final = str(r["broke_at"]), "-"
         else:
-            to_target, final = _num(r["steps_to_target_median"], ".0f"), _num(r["final_loss_median"])
+            steps = r["steps_to_target_median"]
+            to_target, final = "-" if pd.isna(steps) else f"{steps:.0f}", num(r["final_loss_median"])
         rows.append(
             (
                 f"{r['rank']}{tied}{flag}",
                 str(r["label"]),
                 str(r["outcome_text"]),
-                "-" if pd.isna(r["clip_rate_median"]) else f"{r['clip_rate_median'] * 100:.0f} %",
+                pct(r["clip_rate_median"]),
                 to_target,
                 final,
                 "-" if pd.isna(r["speed_vs_fp32_median"]) else f"{r['speed_vs_fp32_median']:.2f}x",
@@ -209,7 +206,7 @@ def counts_items(a: SweepAnalysis) -> list[str]:
         where = f" on {kind_name}" if len(kinds) > 1 else ""
         if np.isfinite(ref.final_loss):
             items.append(
-                f"FP32 reference{where}: {ref.n_trials} O0 trials, median final loss {ref.final_loss:.3g}"
+                f"FP32 reference{where}: {ref.n_trials} O0 trials, median final loss {num(ref.final_loss)}"
             )
         else:
             items.append(
@@ -238,7 +235,7 @@ def _localized(kind: KindAnalysis) -> Paragraph | None:
     loc = rec.localization
     if loc is None:
         return None
-    text = loc.text
+    text = localization_phrase(loc)
     if loc.config_id:
         # the configuration it was seen in, by the name the ranking shows it under
         names = dict(zip(kind.ranking["config_id"], kind.ranking["label"])) if len(kind.ranking) else {}

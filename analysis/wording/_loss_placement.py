@@ -16,7 +16,7 @@ import pandas as pd
 
 from ampsweep.contracts import FP32_LEVEL, Configuration
 
-from ._classes import TIER_UNSTABLE
+from ..compute._classes import TIER_UNSTABLE
 
 _OUTSIDE_WORDS = "the loss runs in float32 on the network's output, as with `Model(net, loss_fn, opt)`"
 

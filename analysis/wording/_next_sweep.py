@@ -40,11 +40,12 @@ from ampsweep.contracts import (
     Verdict,
     locate_file,
     parse_reference,
+    pct,
     static_scale_for,
 )
 
 from .._model import NEXT_SPEC_FILE, Fp32Break, Localization, NextSweep
-from ._learning_rate import LearningRate
+from ..compute._learning_rate import LearningRate
 
 __all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
@@ -158,7 +159,7 @@ def diagnose(
         return NextSweep(
             "underflow",
             f"gradients underflow float16: {len(silent)} of {len(mixed)} mixed-precision trials learn clearly "
-            f"worse than FP32 with no NaN, and float16 lost a median {float(lost.median()):.0%} of their "
+            f"worse than FP32 with no NaN, and float16 lost a median {pct(float(lost.median()))} of their "
             "gradient values (zero or below 2^-24 where FP32 has them); no black list brings them back",
             f"add loss scaling: loss_scale {scales}",
             {"loss_scale": scales},

@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ampsweep.contracts import clip_name, clip_value
+from ampsweep.contracts import clip_name, clip_value, num, pct
 
-from . import _classes as cls
-from ._classes import num, pct
-from ._criteria import CRITERIA
-from ._rank import runs, unstable_phrase
+from ..compute import _classes as cls
+from ..compute._criteria import CRITERIA
+from ._labels import runs, unstable_phrase
 
 #: the number the report's rules give the clip-rate criterion (they are numbered in CRITERIA order)
 _CLIP_RULE = next(i for i, c in enumerate(CRITERIA, start=1) if c.name == "clip_class")
