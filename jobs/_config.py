@@ -1,8 +1,5 @@
-"""One point of the grid, as data that crosses process and machine boundaries.
-
-It lives in ``jobs`` (not ``sweep``) because it is the actor's input type, and
-it imports nothing heavy so the driver can build thousands of them cheaply.
-"""
+"""One point of the grid, as data that crosses process and machine boundaries: the actor's input, so it
+lives in ``jobs``, and imports nothing heavy so the driver can build thousands of them cheaply."""
 
 from __future__ import annotations
 
@@ -14,21 +11,11 @@ from typing import Any
 
 from ampsweep.contracts import FP32_LEVEL, Configuration, workload_args_of
 
-#: Values that make the same trial: every field that can change a step metric.
-_IDENTITY_FIELDS = (
-    "workload",
-    "workload_args",
-    "steps",
-    "abort_after",
-    "amp_level",
-    "black_list",
-    "clip",
-    "loss_scale",
-    "dtype",
-    "seed",
-)
 #: what a user chooses (``Configuration``'s fields, but the device kind and the swept arguments)
 _CHOSEN_FIELDS = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
+#: the values that make the same trial, every field that can change a step metric (the loss placement:
+#: see :meth:`TrialConfig.canonical`)
+_IDENTITY_FIELDS = ("workload", "workload_args", "steps", "abort_after", "seed", *_CHOSEN_FIELDS[:-1])
 #: the only placement before the axis existed: out of the ids, so those sweeps keep their trial ids
 #: and resume as they were
 _PLACEMENT_BEFORE_THE_AXIS = "inside"
@@ -41,11 +28,8 @@ def _short_hash(payload: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """A resolved grid point plus the sweep's fixed settings.
-
-    ``workload`` is the reference exactly as written in the spec, so the id
-    does not depend on where the file sits on a given machine.
-    """
+    """A configuration, its seed and the run settings (``docs/sweep-and-trial.md``); ``workload`` is the
+    reference as the spec wrote it, so the id does not depend on where the file sits on a machine."""
 
     workload: str
     steps: int
@@ -80,11 +64,8 @@ class TrialConfig:
     def of(
         cls, configuration: Configuration, seed: int, workload: str, steps: int, **settings: Any
     ) -> TrialConfig:
-        """``configuration`` trained on ``seed``: the one place a trial is made from what a user chose.
-
-        ``settings`` are the other fields (``abort_after`` 10 unless given). ``workload_args`` holds
-        every argument's value, fixed or swept; the swept ones are those ``configuration`` names.
-        """
+        """``configuration`` trained on ``seed``, the other fields from ``settings`` (``abort_after`` 10 unless
+        given; ``workload_args``: every argument's value, fixed or swept, the swept ones those it names)."""
         return cls(
             workload=workload,
             steps=steps,

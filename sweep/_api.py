@@ -1,10 +1,5 @@
-"""The Python entry point: ``Sweep(spec).run(out)``; the ``ampsweep`` CLI is a thin layer over it.
-
-``Sweep`` validates at construction exactly as the CLI does (the spec's
-shape, then the workload built once so black-list names are checked against
-its real Cells), so a script gets the same one-line ``SpecError`` a terminal
-user gets, before Ray starts and before anything is written.
-"""
+"""The Python entry point, ``Sweep(spec).run(out)`` (``docs/api.md``); the CLI is a thin layer over it.
+``Sweep`` validates at construction as the CLI does, so a script gets the same one-line ``SpecError``."""
 
 from __future__ import annotations
 
@@ -29,12 +24,8 @@ from .search._search import AdaptiveSearch
 
 
 class Sweep:
-    """A validated sweep, ready to plan and run.
-
-    ``spec`` is a mapping shaped like a sweep file (or a ``SweepSpec``); a
-    relative ``path/to/file.py:make`` workload is looked up from ``base_dir``
-    (default: the working directory).
-    """
+    """A validated sweep, ready to plan and run: ``spec`` shaped like a sweep file (or a ``SweepSpec``); a
+    relative ``path/to/file.py:make`` is looked up from ``base_dir`` (default: the working directory)."""
 
     def __init__(self, spec: Mapping[str, Any] | SweepSpec, *, base_dir: str | Path | None = None) -> None:
         self.spec: SweepSpec = spec if isinstance(spec, SweepSpec) else parse_spec(dict(spec))

@@ -1,9 +1,5 @@
-"""How a sweep runs, as plain dataclasses (the spec says *what* runs).
-
-Like Ray Tune's ``RunConfig``/``FailureConfig``: the CLI's flags map onto
-these one to one, and a Python caller passes them to ``Sweep.run``.
-Constructors validate, quoting the bad value, so a typo fails before Ray starts.
-"""
+"""How a sweep runs, as plain dataclasses (the spec says *what* runs), like Ray Tune's
+``RunConfig``/``FailureConfig``: the CLI's flags map onto them; a bad value fails before Ray starts."""
 
 from __future__ import annotations
 

@@ -1,16 +1,14 @@
 """The errors a user sees: one line each, naming what happened and what to do.
 
-``SpecError`` is bad input (exit code 2, nothing written); ``SpecFailed``,
-input that could not be used because something failed (importing the
-workload, calling its factory), says what happened instead of "not allowed".
-``SweepStopped`` is a run that could not go on — the cluster went away, the
-workload is broken, the disk is full, the user pressed Ctrl-C — and always
-says how to resume. The CLI's exit codes are listed in ``docs/cli.md``.
+``SpecError`` is bad input (exit code 2, nothing written); ``SpecFailed`` is input that could not be
+used because something failed; ``SweepStopped`` is a run that could not go on, and always says how to
+resume. The CLI's exit codes are listed in ``docs/cli.md``.
 """
 
 from __future__ import annotations
 
 import errno
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,22 +22,18 @@ class SpecError(ValueError):
         self.field = field
         self.value = value
         self.allowed = " ".join(allowed.split())  # one line, whatever a user's exception printed
-        super().__init__(f"{field}: {value!r} is not allowed; {self.allowed}")
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        return f"{self.field}: {self.value!r} is not allowed; {self.allowed}"
 
 
 class SpecFailed(SpecError):
     """Input that could not be used because something failed, e.g. importing the workload: exit code 2.
+    The line says what happened, not that a value is disallowed; ``allowed`` holds that text."""
 
-    The line says what happened (``workload: importing 'm.py' failed:
-    SyntaxError: ...``), not that a value is disallowed; ``allowed`` holds
-    that text, for code that reads a ``SpecError``'s parts.
-    """
-
-    def __init__(self, field: str, value: Any, what: str) -> None:
-        self.field = field
-        self.value = value
-        self.allowed = " ".join(what.split())  # one line, whatever a user's exception printed
-        ValueError.__init__(self, f"{field}: {self.allowed}")
+    def line(self) -> str:
+        return f"{self.field}: {self.allowed}"
 
 
 class SweepStopped(RuntimeError):
@@ -71,6 +65,11 @@ class PrefixFailed(SweepStopped):
     """An FP32 prefix of ``start_from: {steps: N}`` did not reach step N: nothing to fork from."""
 
 
+def warn(message: str) -> None:
+    """One line on stderr that does not stop the run."""
+    print(f"ampsweep: {message}", file=sys.stderr, flush=True)
+
+
 #: ``errno`` values that mean the filesystem cannot take more bytes: full, or over the user's quota
 NO_SPACE_ERRNOS = frozenset(
     code for code in (errno.ENOSPC, getattr(errno, "EDQUOT", None)) if code is not None
@@ -83,13 +82,8 @@ def is_out_of_space(exc: BaseException) -> bool:
 
 
 class OutOfSpace(SweepStopped):
-    """A file of the sweep folder could not be written: its filesystem is full or over quota.
-
-    The file that failed is removed (nothing half-written, no trial looks
-    committed that is not); the committed trials are kept, the driver's lock is
-    released, and the same command resumes once there is space. ``left`` is
-    None where the plan could not be read.
-    """
+    """A file of the sweep folder could not be written: its filesystem is full or over quota (the file
+    is removed, the lock released; the same command resumes once there is space)."""
 
     exit_code = 4
 
@@ -115,10 +109,8 @@ def workload_frame(traceback_text: str | None) -> str:
 
 
 def check_first_trials(early: list[TrialResult], committed: int, left: int) -> None:
-    """Raise ``WorkloadBroken`` when the first trials, the FP32 baseline among them, all failed alike.
-
-    ``left``: the trials not committed, these included.
-    """
+    """Raise ``WorkloadBroken`` when the first trials, the FP32 baseline among them, all failed alike
+    (``left``: the trials not committed, these included)."""
     from ampsweep.contracts import FP32_LEVEL, Outcome
 
     errors = {r.error for r in early}

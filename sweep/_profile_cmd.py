@@ -1,10 +1,7 @@
-"""``ampsweep profile SPEC``: which Cells float16 will hurt, before a sweep is paid for.
+"""``ampsweep profile SPEC`` (``docs/cli.md``): which Cells float16 will hurt, before a sweep is paid for.
 
-One FP32 run of the spec's workload (its first seed, its ``start_from``) with
-hooks, in this process, no Ray: ``ampsweep.jobs.profiling`` measures, this
-module picks the start the way the sweep's trials would and renders the result
-as a table (every line at most 100 columns) or as one JSON object on the last
-line of stdout.
+``ampsweep.jobs.profiling`` measures; this module picks the start as the sweep's trials would and
+renders a table of at most 100 columns, or one JSON object on the last line of stdout.
 """
 
 from __future__ import annotations
@@ -23,11 +20,8 @@ _CLASS_WIDTH, _CELL_WIDTH = 28, 24
 
 
 def profile_sweep(sweep: Sweep, steps: int | None = None, snapshots: Path | None = None) -> Profile:
-    """Profile the spec's workload on its first seed, starting where its trials start.
-
-    ``snapshots``: an ``OUT/_snapshots`` folder; a ``{steps: N}`` prefix found there is
-    loaded instead of trained again.
-    """
+    """Profile the spec's workload on its first seed, from where its trials start (a prefix found in
+    ``snapshots``, an ``OUT/_snapshots`` folder, is loaded instead of trained again)."""
     spec = sweep.spec
     seed = spec.grid.seed[0]
     point = sweep.workload.starts.for_seed(seed)

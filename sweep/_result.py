@@ -1,9 +1,5 @@
-"""``SweepResult``: what a finished run reports, and the door to its analysis.
-
-The launcher, the adaptive search and ``Sweep.run`` all hand back this one
-type; the analysis is imported only when asked for, so a driver that only
-runs never loads pandas' report machinery.
-"""
+"""``SweepResult``: what a finished run reports, and the door to its analysis (imported only when asked
+for, so a driver that only runs never loads pandas' report machinery)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""``--tensorboard LOGDIR``: a sweep's trials as TensorBoard runs, during ``run`` and after (``export``).
+"""``--tensorboard LOGDIR`` (``docs/tensorboard.md``): a sweep's trials as TensorBoard runs, while it runs.
 
-While a sweep runs, a process of its own beside the driver exports each trial the driver commits
-(``ampsweep.analysis._tensorboard``, which reads the folder like ``ampsweep export``), and once more when
-the sweep ends, before the report. A process, not a thread: the dispatch loop never waits for the
-export's share of the interpreter, and the export keeps protobuf's fast backend, which the driver gives up
-for MindSpore's (2.7 needs the pure-Python one). A sweep that stops (an error, SIGTERM, Ctrl-C) has no last
-round: the exporter is stopped, and killed if it has not ended within ``STOP_S``.
+A process beside the driver exports each trial the driver commits, and once more at the end. A
+process, not a thread: the dispatch loop never waits for the export's share of the interpreter, and the
+export keeps protobuf's fast backend, which the driver gives up for MindSpore's. A sweep that stops has
+no last round: the exporter is stopped, and killed after ``STOP_S``.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ._errors import SpecError
-from .cluster._ray_start import _CHOSEN_PROTOBUF, PROTOBUF_ENV
+from .cluster._ray_start import CHOSEN_PROTOBUF, PROTOBUF_ENV
 
 #: how long a sweep that stops waits for its exporter to end before it kills it (a scheduler's grace period
 #: after SIGTERM is short; each run is written whole or not at all, and the next export writes the rest)
@@ -42,7 +40,7 @@ def exporting(sweep_dir: str, logdir: str | None) -> Iterator[None]:
         yield
         return
     env = {name: value for name, value in os.environ.items() if name != PROTOBUF_ENV}
-    env.update({PROTOBUF_ENV: _CHOSEN_PROTOBUF} if _CHOSEN_PROTOBUF else {})
+    env.update({PROTOBUF_ENV: CHOSEN_PROTOBUF} if CHOSEN_PROTOBUF else {})
     command = [sys.executable, "-m", "ampsweep.analysis._tensorboard", sweep_dir, str(logdir)]
     child = subprocess.Popen(command, stdin=subprocess.PIPE, env=env)
     assert child.stdin is not None

@@ -152,13 +152,8 @@ def _print_top(sweep_dir: Path, top: int, spec_dir: Path | None = None) -> None:
 
 
 def _write_profile(sweep: Sweep, root: Path, spec_path: str, run: SweepResult | None = None) -> None:
-    """The FP32 float16-headroom profile the report shows: one FP32 run with hooks, once per folder.
-
-    A worker ran it at the sweep's end when it could (``run.profile``, on the
-    sweep's own device); else it runs here, in the driver, on a CPU sweep. It
-    never fails the sweep: a workload the profile cannot run leaves the report
-    without it, and says so in one line.
-    """
+    """The FP32 float16-headroom profile the report shows, once per folder: a worker's (``run.profile``),
+    else run here on a CPU sweep. It never fails the sweep: without it, the report says so in one line."""
     from ampsweep.contracts import PROFILE_FILE, SNAPSHOT_FOLDER
 
     from ._profile_cmd import profile_sweep
@@ -268,13 +263,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> tuple[Sweep, WorkerPool | None]:
-    """The validated sweep in ``path``; for a new local sweep, checked while its first actors start
-    (``checked_while_actors_start``), with the pool that holds them.
-
-    The spec's shape and the workload's file first: a typo costs no cluster start. Only for a folder not
-    on disk yet, where no refusal ``run_sweep`` makes before Ray starts (a live driver, another sweep's
-    settings, nothing left to run) can apply; any other run keeps its order.
-    """
+    """The validated sweep in ``path`` (the spec and the workload's file first: a typo costs no cluster
+    start); for a folder not on disk yet, which no refusal of ``run_sweep`` can apply to, checked while its
+    first actors start, with the pool that holds them."""
     spec = read_spec(path)
     resolve_workload(spec, path.parent)
     check_logdir(f"{out.rstrip('/')}/{spec.name}", config.tensorboard)
@@ -290,12 +281,8 @@ def _checked_beside_ray(path: Path, out: str, config: RunConfig) -> tuple[Sweep,
 
 
 def _stop_ray() -> None:
-    """End this process's Ray (the local cluster it started, or its connection to one).
-
-    Garbage is collected first, while Ray still runs: a dead actor's error
-    holds the actor's handle in a reference cycle, and releasing that handle
-    after the shutdown reaches a core worker that is gone.
-    """
+    """End this process's Ray. Garbage is collected first: a dead actor's error holds its handle in a
+    reference cycle, and releasing that handle after the shutdown reaches a core worker that is gone."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return

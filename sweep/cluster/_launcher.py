@@ -1,13 +1,9 @@
-"""Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit.
-
-Only the driver writes files; an actor that dies mid-trial loses only that
-attempt (``_pool``). A local cluster is Ray's own, with token authentication.
-"""
+"""Running a sweep on Ray: join or start the cluster, take the folder, dispatch, commit. Only the driver
+writes files; an actor that dies mid-trial loses only that attempt (``_pool``)."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +11,7 @@ from ampsweep.contracts import PLAN_FILE, SPEC_FILE, encode_plan, parse_referenc
 from ampsweep.jobs import Outcome, TrialConfig, TrialResult
 
 from .._config import RunConfig
-from .._errors import SpecError
+from .._errors import SpecError, warn
 from .._result import SweepResult
 from ..planning._plan import SweepPlan
 from ..planning._resume import check_same_sweep
@@ -34,13 +30,8 @@ def cluster_address(address: str | None) -> str | None:
 
 
 def ship_workload(workload_ref: str, address: str | None) -> tuple[str, dict[str, Any] | None]:
-    """How workers on other machines find a workload file: a reference and a runtime_env.
-
-    Locally the absolute path works everywhere. Under ``ray job submit`` the
-    job's working_dir already travels to every worker, so the path becomes
-    relative to it. With ``--address`` the file's folder is sent as the
-    runtime_env working_dir.
-    """
+    """How workers on other machines find a workload file: a reference and a runtime_env (under ``ray job
+    submit`` the job's working_dir travels already; with ``--address`` the file's folder is sent)."""
     reference = parse_reference(workload_ref)
     if address is None or not reference.is_file:
         return workload_ref, None
@@ -79,18 +70,9 @@ def run_sweep(
     snapshots: str | None = None,
     pool: WorkerPool | None = None,
 ) -> SweepResult:
-    """Run every trial of ``plan`` that ``out`` does not already hold, on ``pool``'s workers.
-
-    ``pool``: the sweep's workers, kept across its runs (the grid, then its
-    continuation to the horizon; an adaptive search's rounds); without one,
-    this run opens a pool of its own and closes it at the end.
-
-    The plan is validated already (``Sweep`` does that); this is the part that
-    needs Ray. Before Ray starts, the folder is checked: no other live driver,
-    the same fixed settings as the sweep it holds, and which committed trials
-    are unreadable (those run again). The resolved spec and the plan are
-    written before any trial.
-    """
+    """Run every trial of ``plan`` that ``out`` does not already hold, on ``pool`` (the sweep's workers,
+    kept across its rounds; without one, a pool of this run's own). The folder is checked before Ray
+    starts; the resolved spec and the plan are written before any trial."""
     if pool is None:
         with WorkerPool(run, plan.devices) as own:
             return run_sweep(plan, resolved_yaml, out, run, snapshots, own)
@@ -147,13 +129,8 @@ def drive_trials(
     result: SweepResult,
     heartbeat: Callable[[list[str]], None],
 ) -> Dispatcher:
-    """Run ``pending`` on ``pool``, commit each finished trial into ``store``; with ``run.profile``,
-    the FP32 profile too, on the first actor the trials leave idle.
-
-    The driver's whole per-trial path, and nothing that needs a cluster: the
-    dispatch-at-scale benchmark runs exactly this on a pool of in-process
-    stand-ins for the actors (``WorkerPool(actors=..., watch=...)``).
-    """
+    """Run ``pending`` on ``pool``, commit each finished trial into ``store``; with ``run.profile``, the
+    FP32 profile too. Nothing here needs a cluster: ``bench_launcher`` runs it on in-process stand-ins."""
     copies = plan.copy_map(pending, pool.exact_reruns())
     forks = Forks(plan, pending, store) if any(t.start_from for t in pending) else None
     if forks is not None and forks.runs:
@@ -197,11 +174,8 @@ def drive_trials(
 def _profile_args(
     plan: SweepPlan, workload_ref: str, forks: Forks | None
 ) -> Callable[[], tuple[Any, ...] | None]:
-    """The FP32 profile of the first seed from where its trials start, as ``ampsweep profile`` would.
-
-    Asked for once the trials are handed out. When that start is not at hand (a
-    snapshot no pending trial used), None: the CLI profiles in the driver instead.
-    """
+    """The FP32 profile of the first seed from where its trials start; None when that start is not at
+    hand (a snapshot no pending trial used): the CLI profiles in the driver instead."""
     first = plan.trials[0]
 
     def args() -> tuple[Any, ...] | None:
@@ -211,7 +185,3 @@ def _profile_args(
         return (workload_ref, first.seed, first.steps, dict(first.workload_args), first.start_step, start)
 
     return args
-
-
-def warn(message: str) -> None:
-    print(f"ampsweep: {message}", file=sys.stderr, flush=True)

@@ -1,19 +1,10 @@
 """One pool of workers for a whole sweep: the grid, the horizon rounds, the adaptive rounds, the profile.
 
-Opened once per sweep (``Sweep.run``), so a later round finds its actors with
-MindSpore imported and their graphs compiled (about 4 s of start-up and a
-compile per graph each round, measured on the horizon benchmark). It owns what
-is about actors: it starts and probes them (one that never starts holds no
-trial), replaces one that dies, counts each trial's attempts, writes the
-heartbeat, and runs the one completion loop that trials and the FP32 profile
-go through. What runs next, and the commits, are the ``Dispatcher``'s.
-Completions arrive on ``Actors.completions`` (no wait over every reference in
-flight); the cluster (``ClusterWatch``) and Ctrl-C are checked once a second.
-
-A ``Slot`` is what the pool starts, probes, replaces and hands trials to: one
-actor on one device, or a gang of rank actors (one placement group) whose
-``actor`` is the gang's handle, which ``GangActors`` forms, probes and kills;
-the loop, the attempts and the dispatcher are the same for both.
+Opened once per sweep (``Sweep.run``), so a later round finds its actors with MindSpore imported and
+their graphs compiled (about 4 s of start-up and a compile per graph each round, on the horizon
+benchmark). What it owns and what the ``Dispatcher`` decides: ``docs/internals.md`` ("Scheduling"). A
+``Slot`` is one actor on one device, or a gang of rank actors whose ``actor`` is the gang's handle
+(``GangActors``); the loop, the attempts and the dispatcher are the same for both.
 """
 
 from __future__ import annotations
@@ -43,14 +34,9 @@ _TICK_S = 1.0
 
 
 class WorkerPool:
-    """The actors of one sweep, kept across its runs; ``run(work, heartbeat)`` is the completion loop.
-
-    ``backends``: the devices, one slot each (default: discovered from the
-    cluster on first use, as ``RunConfig.devices`` or the spec's ``devices``
-    say). ``actors`` and ``watch`` replace Ray's actors and the cluster watch
-    (the dispatch benchmark's in-process stand-in). Use it as a context
-    manager: leaving it kills the actors.
-    """
+    """The actors of one sweep, kept across its runs; ``run(work, heartbeat)`` is the completion loop; leaving
+    it as a context manager kills the actors. ``backends``: one slot each (default: discovered on first use);
+    ``actors`` and ``watch`` replace Ray's actors and the cluster watch (an in-process stand-in)."""
 
     _work: Dispatcher  # the run in progress (``run``)
 
@@ -153,13 +139,9 @@ class WorkerPool:
         heartbeat: Callable[[list[str]], None],
         profile: Callable[[], tuple[Any, ...] | None] | None = None,
     ) -> Any:
-        """Run ``work`` to its end; ``heartbeat`` gets the running trials' ids once a second.
-
-        ``profile``: the arguments of ``TrialWorker.profile``, asked for once
-        nothing is left to hand out; it goes to the first actor the trials leave
-        idle (it never competes with a trial for a device). Returns its answer,
-        the exception it ended with, or None when it did not run.
-        """
+        """Run ``work`` to its end; ``heartbeat`` gets the running trials' ids once a second. ``profile``: the
+        arguments of ``TrialWorker.profile``, asked for once nothing is left to hand out, for the first actor
+        left idle; returns its answer, the exception it ended with, or None when it did not run."""
         self.open()
         self._work, self._heartbeat, self._profile = work, heartbeat, profile
         self._profile_answer = None
@@ -297,14 +279,9 @@ class WorkerPool:
 
     # calls --------------------------------------------------------------------------------------
     def _dispatch(self, slot: Slot, before_ready: bool = False) -> None:
-        """Give ``slot`` trials until it holds ``depth``; one while the line is short: the last
-        trials go to whichever actor frees first. ``before_ready``: one queued behind a first
-        actor's start.
-
-        Short means fewer than ``depth`` trials for every slot: with 4 ResNet trials on 2
-        actors, the first actor to finish once queued both remaining trials behind each other
-        while the second actor idled for 100 s.
-        """
+        """Give ``slot`` trials until it holds ``depth``; one while the line is short (fewer than ``depth``
+        per slot): with 4 ResNet trials on 2 actors, the first to finish once queued both remaining trials
+        while the second idled for 100 s. ``before_ready``: one queued behind a first actor's start."""
         if slot.gone or not (slot.ready or before_ready):
             return
         work = self._work
@@ -408,12 +385,8 @@ class WorkerPool:
 def gang_layout(
     layout: list[tuple[DeviceBackend, int]], nodes: list[dict[str, float]], size: int, strategy: str
 ) -> list[tuple[DeviceBackend, int]]:
-    """How many gangs of ``size`` devices each backend holds: per node under ``STRICT_PACK``.
-
-    A cluster with room for none is a usage error before anything runs:
-    ``STRICT_PACK`` keeps a gang on one node (an NPU ring does not span
-    nodes), so what counts is the most devices one node has.
-    """
+    """How many gangs of ``size`` devices each backend holds: per node under ``STRICT_PACK`` (an NPU ring does
+    not span nodes). A cluster with room for none is a usage error before anything runs."""
     gangs = []
     for backend, count in layout:
         per_node = [backend.available(resources) for resources in nodes] or [count]

@@ -1,19 +1,15 @@
-"""Starting Ray for a sweep: join a cluster or start a local one, the first actors with it; a private token.
-
-A local ``ray.init`` (4-13 s on 2 cores) and an actor's start after it (about
-3 s: a Ray worker process, ``import mindspore``) are most of a sweep's start;
-the driver's workload check needs neither, so it runs while the first actors
-start (``bench_startup`` times each part).
-"""
+"""Starting Ray for a sweep (``docs/internals.md``, "Starting Ray"): join a cluster or start a local one
+with a private token, and the first actors with it while the driver checks the workload."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._errors import warn
 
 if TYPE_CHECKING:
     from .._config import RunConfig
@@ -24,20 +20,14 @@ AUTH_MODE_ENV = "RAY_AUTH_MODE"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"  # where Ray keeps the token instead, when set
 PROTOBUF_ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"  # Ray's processes inherit the driver's choice
 #: the user's own protobuf backend, read before MindSpore's import picks one (None: not chosen)
-_CHOSEN_PROTOBUF = os.environ.get(PROTOBUF_ENV)
+CHOSEN_PROTOBUF = os.environ.get(PROTOBUF_ENV)
 
 T = TypeVar("T")
 
 
 def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, Any] | None = None) -> None:
-    """Join a cluster (with its own authentication setting, ``docs/cluster.md``) or start a local one.
-
-    A local cluster is Ray's own ``ray.init(address="local")``, with token
-    authentication: anyone who reaches an open Ray port can run code as this
-    user, so a sweep opens none unless the user turned it off (and then says
-    so). Never a bare ``ray.init()``: it attaches to any cluster whose address
-    another tool left in ``/tmp/ray``.
-    """
+    """Join a cluster (with its own authentication setting) or start a local one with token authentication;
+    never a bare ``ray.init()``, which attaches to any cluster another tool left in ``/tmp/ray``."""
     import ray
 
     if ray.is_initialized():
@@ -50,13 +40,13 @@ def start_ray(address: str | None, workers: int | None, runtime_env: dict[str, A
     else:
         mode = os.environ.get(AUTH_MODE_ENV, "token")
         if mode.lower() != "token":
-            _say(
+            warn(
                 f"{AUTH_MODE_ENV}={mode}: this sweep's local Ray accepts any client that reaches its ports; "
                 f"unset {AUTH_MODE_ENV} to require Ray's token"
             )
         cpus = max(os.cpu_count() or 1, workers or 0)
         before = os.environ.get(PROTOBUF_ENV)
-        if _CHOSEN_PROTOBUF is None and importlib.util.find_spec("google._upb") is not None:
+        if CHOSEN_PROTOBUF is None and importlib.util.find_spec("google._upb") is not None:
             # Ray's own processes never import MindSpore: they keep protobuf's default, not the slower
             # pure-Python backend MindSpore's import picks (bench_startup times Ray's start on both). The
             # job's workers, which do import MindSpore, get MindSpore's choice.
@@ -84,21 +74,16 @@ def keep_token_private() -> None:
         path.chmod(0o600)
     except OSError:  # no token file (authentication off), or not ours to change
         return
-    _say(f"Ray's token {path} was readable by other users (mode {mode:o}); made it 600 (owner only)")
+    warn(f"Ray's token {path} was readable by other users (mode {mode:o}); made it 600 (owner only)")
 
 
 def checked_while_actors_start(
     check: Callable[[], T], config: RunConfig, devices: str | list[str], actors: int
 ) -> tuple[T, WorkerPool]:
-    """Start a local Ray, open a pool that asks for its first ``actors`` actors, then ``check()`` while
-    they start; what it returned, and that pool.
-
-    Beside ``ray.init`` the check slowed it (2 cores); an actor's start leaves a
-    core free. When ``check`` raises or the user stops it, the actors are killed
-    and Ray is shut down first: a refused sweep leaves no cluster. Protobuf's
-    backend is picked before anything imports Ray (the pool does), as
-    ``import mindspore`` would: MindSpore 2.7's modules need it then.
-    """
+    """Start a local Ray and a pool's first ``actors`` actors, then ``check()`` while they start (beside
+    ``ray.init`` it slowed it; an actor's start leaves a core free); what it returned, and that pool. A
+    refused sweep leaves no cluster. Protobuf's backend is picked before the pool imports Ray, as ``import
+    mindspore`` would: MindSpore 2.7's modules need it then."""
     os.environ.setdefault(PROTOBUF_ENV, "python")
     import ray
 
@@ -113,7 +98,3 @@ def checked_while_actors_start(
         pool.close()
         ray.shutdown()
         raise
-
-
-def _say(message: str) -> None:
-    print(f"ampsweep: {message}", file=sys.stderr, flush=True)

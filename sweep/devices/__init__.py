@@ -11,11 +11,8 @@ DEVICE_KINDS = ("ascend", "gpu", "cpu")
 def discover(
     requested: str | list[str], resources: dict[str, float], workers: int | None
 ) -> list[tuple[DeviceBackend, int]]:
-    """Backends to start and how many actors each, for ``devices: auto | kind | [kinds]``.
-
-    ``auto`` prefers accelerators (NPU, then GPU) and falls back to CPU; a kind
-    asked for by name that the cluster lacks is an error, not a silent fallback.
-    """
+    """Backends to start and how many actors each, for ``devices: auto | kind | [kinds]``: ``auto`` prefers
+    NPU, then GPU, then CPU; a kind asked for by name that the cluster lacks is an error, not a fallback."""
     backends: dict[str, DeviceBackend] = {
         "ascend": AscendBackend(),
         "gpu": GpuBackend(),

@@ -72,16 +72,9 @@ class CpuBackend:
 def device_setup(
     backend: DeviceBackend, ordinal: int, compute_on: str | None, deterministic: bool = True
 ) -> DeviceSetup:
-    """The setup of the ``ordinal``-th actor of a sweep.
-
-    Computing on CPU (a CPU actor, or ``--compute-on cpu`` for a dry run of a
-    device sweep under fake resources) pins one core and one MindSpore thread
-    per actor: two MindSpore processes on two cores thrash otherwise. On that
-    one core ops launch synchronously: a device's asynchronous queue overlaps
-    host and device work, but a CPU has nothing to overlap. On a device,
-    ``deterministic`` sets MindSpore's deterministic mode: a copied trial or a
-    localization replay is only as good as a bit-identical rerun.
-    """
+    """The setup of the ``ordinal``-th actor of a sweep. On CPU (or ``--compute-on cpu``): one core and one
+    MindSpore thread (two processes on two cores thrash otherwise), ops launched synchronously (nothing to
+    overlap). On a device, ``deterministic``: a copy or a replay is only as good as a bit-identical rerun."""
     on_cpu = (compute_on or backend.kind) == "cpu"
     return DeviceSetup(
         device_kind=backend.kind,

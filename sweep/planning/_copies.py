@@ -1,22 +1,10 @@
 """Which trials are copied instead of trained: decided once, here, before any trial runs.
 
-A trial need not train when it would compute, bit for bit, what another trial
-computes. Two such cases (the ``copy_reason`` values, ``COPY_REASONS``):
-
-- ``equivalent``: a trial equivalent to another (``SweepPlan.equivalent_to``:
-  a black list, dtype or loss placement under O0) on that trial's compiled
-  graph: the same graph, seed, clip, data and start compute the same numbers.
-  An equivalent on a graph of its own (a loss-only class under
-  ``loss_placement: outside``) trains, last: it only confirms what is counted once.
-- ``clip_never_reached``: trials that differ only in their clip compute the
-  same numbers until the first step whose gradient norm lies between their
-  thresholds. The loosest of such a group trains; each tighter one is held
-  until it has run, then copied when its gradient norm never exceeded the
-  tighter clip (``jobs.same_run_with_clip`` decides), else trained.
-
-Both assume that a rerun is bit-identical: true on CPU, and on a GPU or NPU
-whose workers set MindSpore's deterministic mode. Where it is not
-(``exact_reruns`` False), nothing is copied: every trial trains.
+The two cases (``copy_reason``: ``equivalent``, ``clip_never_reached``) are ``docs/sweep-and-trial.md``
+("Trials that are copied, not trained"). An equivalent on a graph of its own trains, last
+(``confirm_last``); a held tighter clip is copied when ``jobs.same_run_with_clip`` says so. Both assume
+a bit-identical rerun (CPU, or MindSpore's deterministic mode): with ``exact_reruns`` False nothing is
+copied.
 """
 
 from __future__ import annotations
@@ -49,11 +37,8 @@ class CopyMap:
 
 
 def plan_copies(pending: list[TrialConfig], equivalent_to: Mapping[str, str], exact_reruns: bool) -> CopyMap:
-    """The copies among ``pending``: ``equivalent_to`` is the plan's, ``exact_reruns`` the devices'.
-
-    A trial whose source is already committed (a resumed run) is trained: only
-    a result this run produces is copied.
-    """
+    """The copies among ``pending`` (``exact_reruns``: the devices'); one whose source is committed already
+    (a resumed run) trains: only a result this run produces is copied."""
     confirm_last = frozenset(t.trial_id for t in pending if t.trial_id in equivalent_to)
     if not exact_reruns:
         return CopyMap(confirm_last=confirm_last)

@@ -68,14 +68,9 @@ def expand_grid(spec: SweepSpec, starts: Starts | None = None) -> list[TrialConf
 
 
 def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozenset()) -> dict[str, str]:
-    """Map each trial that computes exactly what another does to that other trial.
-
-    O0 casts nothing, so under O0 the black list and the low-precision dtype
-    change nothing. Under ``loss_placement: outside`` the loss cell is never
-    cast, so black-listing a class that lives only in the loss (``loss_classes``)
-    changes nothing either. The ranking must not count those trials twice; the
-    ones on their source's compiled graph are not even trained (``SweepPlan.copy_map``).
-    """
+    """Map each trial that computes exactly what another does to that other trial: under O0, any black list,
+    dtype or loss placement; under ``loss_placement: outside``, a black-listed class that lives only in the
+    loss (``loss_classes``). The ranking must not count them twice."""
     by_id = {t.trial_id: t for t in trials}
     result = _o0_equivalents(trials, by_id)
     for trial in trials:
@@ -90,7 +85,6 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
 
 
 def _o0_equivalents(trials: list[TrialConfig], by_id: dict[str, TrialConfig]) -> dict[str, str]:
-    """Under O0 nothing is cast: black list, dtype and loss placement change nothing."""
     canonical_dtype = {t.dtype for t in trials if t.amp_level == FP32_LEVEL}
     first_dtype = "float16" if "float16" in canonical_dtype else min(canonical_dtype, default="float16")
     placements = {t.loss_placement for t in trials if t.amp_level == FP32_LEVEL}
@@ -110,8 +104,7 @@ def count_graphs(trials: list[TrialConfig]) -> int:
 
 
 def trials_to_train(spec: SweepSpec) -> int:
-    """How many of the spec's trials train, as far as the spec alone tells (the workload's loss-only
-    classes, known once it is built, can make a few more of them copies): the actors worth starting
-    before the workload check ends."""
+    """How many of the spec's trials train, as the spec alone tells: the actors worth starting before the
+    workload check ends."""
     trials = expand_grid(spec)
     return len(trials) - len(equivalents(trials))

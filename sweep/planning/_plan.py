@@ -37,15 +37,17 @@ class SweepPlan:
         workload_ref: str,
         loss_only_classes: frozenset[str] = frozenset(),
         starts: Starts | None = None,
+        trials: list[TrialConfig] | None = None,
+        name: str | None = None,
     ) -> SweepPlan:
-        trials = expand_grid(spec, starts)
-        same = equivalents(trials, loss_only_classes)
+        """The plan of ``trials`` (default: the spec's grid) in the folder ``name`` (default: the spec's)."""
+        trials = expand_grid(spec, starts) if trials is None else trials
         return cls(
-            spec.name,
+            name or spec.name,
             workload_ref,
             spec.devices,
             trials,
-            same,
+            equivalents(trials, loss_only_classes),
             starts_of(trials, starts),
             spec.devices_per_trial,
             spec.placement_strategy,

@@ -1,10 +1,5 @@
-"""Resuming and extending a sweep under the same name, and refusing to mix two sweeps.
-
-Trial ids hash every setting that changes a step: a rerun runs only what is not
-committed, a new clip value or seed only the new trials. A setting outside the
-grid applies to every trial: changing it under the same name would mix two
-sweeps in one folder, so it is refused, naming what changed.
-"""
+"""Resuming and extending a sweep under the same name, and refusing to mix two sweeps in one folder:
+a setting outside the grid applies to every trial, so changing it under the same name is refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The sweep file: parsed with ``yaml.safe_load``, its shapes and enumerations checked by pydantic.
-
-The workload is checked next (``_workload_check``: black-list names against
-the Cell classes it really uses); both stages raise a one-line ``SpecError``.
-"""
+"""The sweep file (``docs/spec.md``): ``yaml.safe_load``, then pydantic for its shapes; the workload is
+checked next (``_workload_check``). Both raise a one-line ``SpecError``."""
 
 from __future__ import annotations
 
@@ -94,12 +91,8 @@ class Confirm(BaseModel):
 
 
 class StartFrom(BaseModel):
-    """Where every trial starts: after a shared FP32 prefix, or from the user's own checkpoint.
-
-    ``{steps: N}`` runs one FP32 prefix of N steps per seed before the grid;
-    ``{checkpoint: PATH}`` (or ``{seed: PATH}``) loads a MindSpore checkpoint as
-    ``ModelCheckpoint`` writes it, at its ``global_step`` unless ``step`` says.
-    """
+    """Where every trial starts: ``{steps: N}``, after one FP32 prefix per seed; ``{checkpoint: PATH}`` (or
+    ``{seed: PATH}``), from a ``ModelCheckpoint`` file, at its ``global_step`` unless ``step`` says."""
 
     model_config = ConfigDict(extra="forbid")
 

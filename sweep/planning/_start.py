@@ -1,12 +1,7 @@
-"""``start_from``: where each seed's trials start, resolved before anything runs.
+"""``start_from``: where each seed's trials start, resolved before anything runs (``docs/late-divergence.md``).
 
-A late divergence would otherwise make every trial re-train the same FP32
-prefix. With ``{steps: N}`` one FP32 run per seed (O0, no clip, no scaling)
-trains N steps once and saves a snapshot; with ``{checkpoint: PATH}`` the
-user's ``ModelCheckpoint`` file is it. Every trial of the seed loads it and
-trains ``steps`` more, its data continuing at step N. A snapshot is named by
-its content (a prefix by what makes it and the MindSpore version, a checkpoint
-by its bytes), and so are the trials' ids: resume and later sweeps find both.
+A snapshot is named by its content (a prefix by what makes it and the MindSpore version, a checkpoint by
+its bytes), and so are the trials' ids: resume and later sweeps find both.
 """
 
 from __future__ import annotations

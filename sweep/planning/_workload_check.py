@@ -1,9 +1,5 @@
-"""The part of validation that needs the workload: its reference and black-list names.
-
-Building the network once on the driver is the only way to know which Cell
-classes a user's model contains, and it catches an import error before any
-worker starts.
-"""
+"""The part of validation that needs the workload, built once on the driver: the only way to know which
+Cell classes a user's model contains, and it catches an import error before any worker starts."""
 
 from __future__ import annotations
 
@@ -115,15 +111,9 @@ def _check_argument_names(spec: SweepSpec, factory: Callable[..., Any]) -> None:
 
 
 def _check_black_lists(spec: SweepSpec, cells: list[object]) -> None:
-    """Every black-listed name is a Cell class that some Cell of the network or loss is; or ``SpecError``.
-
-    A name must resolve (the workload's own classes, their bases, or
-    ``mindspore.nn``), and something in the workload must be an instance of
-    it: the black list goes by ``isinstance``, so a base class of the
-    network's Cells counts. A class with no instance (``Conv2d`` on a
-    transformer) would keep nothing in FP32, and its trials would only repeat
-    the list without it under another name; refused before anything runs.
-    """
+    """Every black-listed name is a Cell class (``isinstance``: a base class counts) that some Cell of the
+    network or loss is. One with no instance (``Conv2d`` on a transformer) would keep nothing in FP32, and
+    its trials would repeat the list without it under another name."""
     known = known_layer_types(cells)
     present = list(network_cell_types(cells).values())
     own = ", ".join(sorted(network_cell_types(cells)))
@@ -169,12 +159,8 @@ def _check_global_batch(spec: SweepSpec, batches: object) -> None:
 
 
 def _check_enough_batches(spec: SweepSpec, batches: object) -> None:
-    """A list or tuple of batches shorter than a trial: known now, so refused now, before anything is written.
-
-    A trial draws one batch per step and fails when a plain iterable ends (a
-    dataset pipeline repeats, a generator's length is unknown); a fork's prefix
-    batches are skipped by a factory that takes ``start_step``: left to the trial.
-    """
+    """A list or tuple of batches shorter than a trial, refused now (a pipeline repeats, a generator's length
+    is unknown; a fork's batches are the factory's, with ``start_step``: left to the trial)."""
     if spec.start_from is not None or not isinstance(batches, (list, tuple)):
         return
     longest = spec.steps * (spec.confirm.steps_factor if spec.search == "adaptive" else 1)

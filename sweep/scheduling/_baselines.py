@@ -1,11 +1,6 @@
-"""FP32 baselines by seed (final loss, target reached): what a mixed-precision trial is judged against.
-
-Handed to the actor with each trial, so a trial that stays finite but learns
-far worse than its FP32 baseline (a silent float16 failure) is localized too.
-While a seed's baseline still runs, a trial is sent with that running call
-instead (``PendingBaseline``): the worker waits for it only at the trial's
-end, so neither the trial nor its silent-failure check waits for the FP32
-trials to be done.
+"""FP32 baselines by seed: what a mixed-precision trial is judged against (a silent float16 failure is
+localized too). While a seed's baseline still runs, a trial is sent with that running call
+(``PendingBaseline``), which the worker waits for only at the trial's end (``docs/internals.md``).
 """
 
 from __future__ import annotations
@@ -55,12 +50,8 @@ class Baselines:
         self._sent.get(config.seed, {}).pop(call, None)
 
     def hint(self, config: TrialConfig) -> Hint:
-        """What ``config`` is sent with: its baseline, else a baseline an actor runs now.
-
-        Only a call its actor runs now (not one queued behind another) is
-        handed out: an FP32 trial waits for nothing, so a trial waiting for it
-        can never close a circle of actors waiting for each other.
-        """
+        """What ``config`` is sent with: its baseline, else an FP32 call its actor runs now (not one queued
+        behind another: an FP32 trial waits for nothing, so no circle of actors waits for each other)."""
         if config.amp_level == FP32_LEVEL:
             return None
         known = self.for_trial(config)

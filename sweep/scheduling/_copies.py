@@ -1,14 +1,5 @@
-"""The plan's copies while the sweep runs: made when their source's result comes back.
-
-``CopyMap`` (``planning._copies``) decided which trials are copied and on
-what condition; this part only keeps that map and applies it to each result.
-A copy is a ``TrialResult`` of its own (``attempts`` 0, ``copied_from`` and
-``copy_reason`` set), committed right after its source by the dispatcher's
-one commit path. A held trial whose condition fails goes back to the queue,
-and so does one a device takes rather than idle (``release_one``): with more
-devices than groups, waiting would leave devices idle for a saving that may
-not come.
-"""
+"""The plan's copies while the sweep runs (``CopyMap``, decided by ``planning._copies``), made when their
+source's result comes back; a held trial whose condition fails goes back to the queue."""
 
 from __future__ import annotations
 
@@ -40,11 +31,8 @@ class Copies:
         return self._held_count
 
     def release_one(self) -> TrialConfig:
-        """A held trial to train now, for a device that would otherwise idle.
-
-        The tightest clip of the first group: the likeliest to be reached, so
-        the copy it gives up was the least likely anyway.
-        """
+        """A held trial to train now, for a device that would otherwise idle: the tightest clip of the first
+        group, the likeliest to be reached (the copy it gives up was the least likely anyway)."""
         source = next(iter(self._held))
         *rest, tightest = self._held.pop(source)
         if rest:
@@ -55,11 +43,8 @@ class Copies:
     def after(
         self, result: TrialResult, hint: Callable[[TrialConfig], Hint]
     ) -> tuple[list[TrialResult], list[TrialConfig]]:
-        """The copies ``result`` makes, and the held trials it releases to train.
-
-        ``hint``: the FP32 baseline a held trial would be sent with now, for
-        the silent-failure check its copy must pass as its own run would.
-        """
+        """The copies ``result`` makes, and the held trials it releases to train; ``hint``: a held trial's FP32
+        baseline, for the silent-failure check its copy must pass as its own run would."""
         made = [result.copied_as(config, EQUIVALENT) for config in self._always.pop(result.trial_id, ())]
         held = self._held.pop(result.trial_id, ())
         self._held_count -= len(held)

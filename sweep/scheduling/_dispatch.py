@@ -1,15 +1,10 @@
 """Deciding which trial runs next, and committing each one that comes back.
 
-The worker pool (``cluster._pool.WorkerPool``) owns the actors and the one
-completion loop; it asks the dispatcher for a slot's next trial (``take``) and
-hands back each answer (``learn``, then ``finish``). Trials are handed out as
-actors free up (not pre-split): no device idles while trials remain and a slow
-trial holds back nobody. Each decision has a part of its own: ``TrialQueue``
-picks the next trial (own graphs first), ``Copies`` makes the plan's copies
-and releases held trials, ``FailFastGate`` holds the first results until they
-show whether the workload is broken, ``Forks`` releases a seed's trials once
-its snapshot exists and ``Baselines`` gives each trial its FP32 reference.
-Every result, copies included, is committed through one path (``_record``).
+The worker pool owns the actors and the one completion loop; it asks for a slot's next trial (``take``)
+and hands back each answer (``learn``, then ``finish``). Trials go out as actors free up (not pre-split),
+so no device idles while trials remain. Each decision has a part of its own (``TrialQueue``, ``Copies``,
+``FailFastGate``, ``Forks``, ``Baselines``); every result, copies included, is committed through
+``_record``.
 """
 
 from __future__ import annotations
@@ -36,23 +31,16 @@ FAIL_FAST_TRIALS = 3
 
 
 class FailFastGate:
-    """Holds the first results back; ``admit`` returns what may be recorded now.
-
-    A workload that raises on every trial (a typo in the user's factory, a
-    missing file) would otherwise fail the whole grid one trial at a time. If
-    the first ``FAIL_FAST_TRIALS`` results all failed alike (``check_first_trials``),
-    the sweep stops with one line and none of them is committed, so a fixed
-    workload reruns them. ``--keep-going`` turns the gate off.
-    """
+    """Holds the first results back; ``admit`` returns what may be recorded now. A workload that raises on
+    every trial would otherwise fail the grid one trial at a time: when the first ``FAIL_FAST_TRIALS`` all
+    failed alike, none is committed, so a fixed workload reruns them (``--keep-going``: no gate)."""
 
     def __init__(self, enabled: bool) -> None:
         self._held: list[TrialResult] | None = [] if enabled else None
 
     def admit(self, result: TrialResult, committed: int, left: int) -> list[TrialResult]:
-        """``result`` and any held before it once the gate has decided; ``left``: trials not back yet.
-
-        Raises ``WorkloadBroken`` when the first results all failed alike.
-        """
+        """``result`` and any held before it once the gate has decided (``WorkloadBroken`` when the first
+        results all failed alike); ``left``: trials not back yet."""
         if self._held is None:
             return [result]
         self._held.append(result)
@@ -70,11 +58,7 @@ class FailFastGate:
 
 class Dispatcher:
     """Runs ``pending`` on a ``WorkerPool``; ``commit`` writes one finished trial (a copy: attempts 0);
-    ``copies``: the plan's copies of the pending trials (``SweepPlan.copy_map``).
-
-    The driver's work per trial does not grow with the cluster: the next trial
-    comes from ``TrialQueue`` (no scan), and each answer touches its own trial only.
-    """
+    ``copies``: the plan's copies of the pending trials. Each answer touches its own trial only."""
 
     def __init__(
         self,
@@ -132,10 +116,8 @@ class Dispatcher:
         return self.forks is not None and self.forks.is_prefix(config)
 
     def take(self, slot: Slot, idle: bool) -> tuple[TrialConfig, Hint, Any] | None:
-        """The next trial for ``slot``, its FP32 hint and its start; None: none may start on it now.
-
-        An ``idle`` slot with nothing in line trains a held trial rather than wait for its copy.
-        """
+        """The next trial for ``slot``, its FP32 hint and its start; None: none may start on it now (an
+        ``idle`` slot with nothing in line trains a held trial rather than wait for its copy)."""
         if idle and not self.queue and self.copies:
             self.queue.push(self.copies.release_one())
         config = self.queue.take(slot.graphs)

@@ -1,10 +1,8 @@
-"""What a compiled graph costs an actor, as this sweep has measured it: one compile, and each trial.
+"""What a compiled graph costs an actor, as this sweep measured it: one compile, and each trial.
 
-Near the end of a sweep an idle actor may be offered a trial of a graph only
-other actors have compiled. Compiling it costs seconds (3 s for a small MLP on
-a CPU, 10 s and more for a ResNet); when the actors that hold the graph would
-run the trials left sooner than that, the idle actor is better off waiting.
-``TrialQueue`` asks :meth:`GraphCosts.worth_compiling` before handing it over.
+Near the end an idle actor may be offered a graph only other actors compiled; a compile costs seconds
+(3 s for a small MLP on a CPU, 10 s and more for a ResNet), so when the holders would finish first the
+actor waits (``TrialQueue`` asks :meth:`GraphCosts.worth_compiling`).
 """
 
 from __future__ import annotations
@@ -36,13 +34,8 @@ class GraphCosts:
         measured.trials += 1
 
     def worth_compiling(self, graph: str, trials_left: int, holders: int) -> bool:
-        """Whether one more actor should compile ``graph`` to help with its ``trials_left``.
-
-        Yes unless the graph's ``holders`` would finish those trials, by the
-        sweep's own measurements, before the newcomer's compile is done. With
-        nothing measured yet (or no holder left) the answer is yes: an idle
-        device is the only other choice.
-        """
+        """Whether one more actor should compile ``graph``: unless its ``holders`` would finish its
+        ``trials_left`` first. With nothing measured, yes: an idle device is the only other choice."""
         measured = self._measured.get(graph)
         if holders <= 0 or measured is None or not measured.compiles or not measured.trials:
             return True

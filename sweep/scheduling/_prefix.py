@@ -1,13 +1,9 @@
 """The snapshots a forked sweep's trials start from: found, read, or made on the way.
 
-A ``{steps: N}`` snapshot that ``OUT/_snapshots/`` already holds (resume, or
-an earlier sweep with the same prefix) is read, not run again. A missing one
-is an FP32 prefix run that the dispatcher queues ahead of the trials, on the
-sweep's own actors. A seed's trials wait for their own snapshot only, not for
-every seed's: the first prefix to finish releases its trials while the others
-still run, so no actor idles behind the slowest prefix. The user's checkpoint
-is read from its file. Every snapshot goes into Ray's object store once, so a
-worker on any node gets its bytes with the trial that needs them.
+A snapshot ``OUT/_snapshots/`` holds is read, not run again; a missing ``{steps: N}`` one is an FP32
+prefix run queued ahead of the trials. A seed's trials wait for their own snapshot only, so no actor
+idles behind the slowest prefix. Every snapshot goes into Ray's object store once, so a worker on any
+node gets its bytes with the trial that needs them.
 """
 
 from __future__ import annotations
@@ -41,11 +37,8 @@ def _put(data: bytes) -> Any:
 
 
 class Forks:
-    """Which trials may start, and the object-store reference of each snapshot they start from.
-
-    ``runs`` are the prefix runs still to make; the dispatcher runs them first and
-    hands each result to ``take``, which stores the snapshot and releases its trials.
-    """
+    """Which trials may start, and the object-store reference of each snapshot they start from; ``runs``:
+    the prefix runs still to make, run first, each result handed to ``take``."""
 
     def __init__(self, plan: SweepPlan, pending: list[TrialConfig], store: SweepStore) -> None:
         self.store = store
@@ -70,12 +63,8 @@ class Forks:
         return self.refs.get(config.start_from) if config.start_from else None
 
     def take(self, result: TrialResult, committed: int, left: int) -> str | None:
-        """The snapshot ``result`` made, stored and put in the object store; None when it is
-        not a prefix run's (the caller then lets that snapshot's trials start).
-
-        A prefix that did not reach its step stops the sweep: there is no healthy
-        state for that seed's trials to fork from.
-        """
+        """The snapshot prefix run ``result`` made, stored and in the object store; None for any other run.
+        A prefix that did not reach its step stops the sweep: no healthy state to fork from."""
         snapshot = self._makes.get(result.trial_id)
         if snapshot is None:
             return None

@@ -1,24 +1,12 @@
 """The trials still to run, indexed so that choosing the next one costs the same at any cluster size.
 
-An actor should run, in this order: a trial of a graph it has compiled (a
-compile costs seconds); one of a graph no other actor holds (so each graph is
-compiled by as few actors as possible); else the first trial in line whose
-graph is worth compiling once more (``GraphCosts``: near the end, the actors
-that hold it may finish its trials before a new compile would be done; the
-actor then waits). FP32 trials go before mixed-precision ones, so every
-seed's baseline is known early and a broken workload shows at once, and so
-every actor holds the FP32 graph that localization replays a broken trial's
-FP32 twin on (an actor sent to a mixed-precision graph first, to save that
-compile, replayed without it: 2x the localization time); trials
-that only confirm an equivalence (``run_last``: the same computation as
-another trial on a graph of its own) go after both, where they fill the gaps at the end. A forked
-trial waits until its snapshot exists and is not in line before that.
-
-A scan of the whole queue for every dispatch made the driver's cost per trial
-grow with the queue and the cluster. Here the trials are kept per phase (FP32
-or not) and per graph, each graph's trials in line order, so a choice looks at
-the actor's own graphs and at the graph heads only: its cost depends on how
-many graphs the sweep has, never on how many trials or devices.
+The order (an own graph, a graph no actor holds, a graph worth compiling once more; FP32 first) is
+``docs/internals.md`` ("Scheduling"). FP32 first also puts the FP32 graph on every actor, which the
+localization replays a broken trial's FP32 twin on (an actor sent to a mixed-precision graph first
+replayed without it: 2x the localization time). ``run_last`` trials (an equivalence confirmed on a graph
+of its own) fill the gaps at the end; a forked trial is in line once its snapshot exists. Trials are kept
+per phase and per graph, so a choice looks at the actor's own graphs and the graph heads only: its cost
+grows with the graphs, never with the trials or devices (a scan of the queue per dispatch did).
 """
 
 from __future__ import annotations
@@ -102,15 +90,9 @@ class TrialQueue:
             lines[entry[1].graph_id] = deque(sorted(line, key=lambda e: e[0]))
 
     def take(self, own: set[str]) -> TrialConfig | None:
-        """The trial an actor that compiled the graphs ``own`` runs next; None when none may start.
-
-        FP32 trials that may start go first; within the phase, an own graph's
-        first trial, else the first trial of a graph no actor holds. Before it
-        compiles a graph another actor holds, an actor runs the trials that run
-        last on a graph of its own: they cost no compile, and they fill the gap
-        the compile would have filled. Then the first trial in line of a graph
-        worth compiling once more; then, likewise, among the trials that run last.
-        """
+        """The trial an actor that compiled the graphs ``own`` runs next; None when none may start. Before it
+        compiles a graph another actor holds, an actor runs the ``run_last`` trials of its own graphs: they
+        cost no compile, and fill the gap the compile would have filled."""
         first = next((p for p, lines in enumerate(self._lines) if lines), None)
         if first is None:
             return None

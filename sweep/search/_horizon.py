@@ -167,15 +167,10 @@ class HorizonCheck:
         return set(self.at_risk) | named
 
     def _candidates(self, ranking: pd.DataFrame) -> _Candidates:
-        """What this round continues; empty when the answer is final.
-
-        The recommendation always; with evidence of what breaks (the forecast,
-        or a class an earlier continuation's break named), also the best
-        runner-up that keeps it in FP32 and (at most :data:`AHEAD` of) the ones
-        ranked between the two, which the evidence expects to break: should the
-        recommendation break, each would replace it in turn, so they are checked
-        in the same round instead of one round each.
-        """
+        """What this round continues; empty when the answer is final. The recommendation; with evidence of
+        what breaks, also the best runner-up that keeps it in FP32 and (at most :data:`AHEAD` of) those ranked
+        between the two: should the recommendation break, each would replace it in turn, so they are checked
+        in the same round instead of one round each."""
         recommended = ranking[ranking["recommended"]]
         if recommended.empty:
             return []

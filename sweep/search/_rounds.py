@@ -1,10 +1,8 @@
 """One protocol for the searches that run in rounds: propose a batch of trials, run it, observe it.
 
-``search: adaptive`` and the continuation to the horizon both choose their
-next trials from the results of the last ones. As with Optuna's samplers (ask,
-then tell) and Ray Tune's searchers (suggest, then on_trial_complete), a search
-only decides; one loop (``run_rounds``) runs each batch on the sweep's worker
-pool. A new kind of search is a new ``RoundSearch``, not a new loop.
+As with Optuna's samplers (ask, tell) and Ray Tune's searchers (suggest, on_trial_complete), a search
+only decides; ``run_rounds`` runs each batch on the sweep's worker pool. A new kind of search is a new
+``RoundSearch``, not a new loop.
 """
 
 from __future__ import annotations

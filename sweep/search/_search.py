@@ -34,8 +34,8 @@ from ampsweep.contracts import (
 from ampsweep.jobs import TrialConfig
 
 from .._result import SweepResult
-from ..planning._grid import equivalents, sweep_trial
-from ..planning._plan import SweepPlan, starts_of
+from ..planning._grid import sweep_trial
+from ..planning._plan import SweepPlan
 from ..store._store import SweepStore
 from ._rounds import Batch
 from ._search_rules import (
@@ -125,19 +125,9 @@ class AdaptiveSearch:
         else:
             self.confirmed_trials += len(trials)
             name, planned, out = CONFIRM_FOLDER, trials, self.store.root
-        same = equivalents(planned, self.workload.loss_only_classes)
-        starts = starts_of(planned, self.workload.starts)
-        spec = self.spec
-        plan = SweepPlan(
-            name,
-            self.workload.reference,
-            spec.devices,
-            planned,
-            same,
-            starts,
-            spec.devices_per_trial,
-            spec.placement_strategy,
-            spec.stall_timeout_s,
+        workload = self.workload
+        plan = SweepPlan.from_spec(
+            self.spec, workload.reference, workload.loss_only_classes, workload.starts, planned, name
         )
         yield Batch(plan, out)
 

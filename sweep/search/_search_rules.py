@@ -1,11 +1,5 @@
-"""The adaptive search's decisions, as pure functions over typed evidence.
-
-The search loop (``_search.py``) runs trials and gathers what they showed;
-what to do next is decided here, from values only, so each rule can be
-tested without Ray, MindSpore or a sweep folder. A probe is stable exactly
-when ``ampsweep.contracts.configuration_verdict`` says so: the verdict the
-ranking and the report use too.
-"""
+"""The adaptive search's decisions, as pure functions over typed evidence: testable without Ray,
+MindSpore or a sweep folder. A probe is stable exactly when ``configuration_verdict`` says so."""
 
 from __future__ import annotations
 
@@ -49,12 +43,8 @@ def is_stable(seeds: Sequence[SeedEvidence]) -> bool:
 
 
 def not_applicable(seeds: Sequence[SeedEvidence]) -> str | None:
-    """Why the probe's black list could not be applied (its first seed's reason); None when it could.
-
-    Such a probe says nothing about the class it added: the search goes back
-    to the list before it and tries the next class the replays named, instead
-    of concluding that keeping it in FP32 did not help.
-    """
+    """Why the probe's black list could not be applied (its first seed's reason); None when it could. Such a
+    probe says nothing about the class it added (the search tries the next class the replays named)."""
     if probe_verdict(seeds) is not Verdict.NOT_APPLICABLE:
         return None
     reasons = [s.verdict.reason for s in seeds if s.verdict.verdict is Verdict.NOT_APPLICABLE]
@@ -64,14 +54,8 @@ def not_applicable(seeds: Sequence[SeedEvidence]) -> str | None:
 def next_class(
     black: Sequence[str], seeds: Sequence[SeedEvidence], max_classes: int, refused: Sequence[str] = ()
 ) -> GrowStep:
-    """After an unstable probe: the Cell class to add next, the one its replays named most often.
-
-    Only seeds that are not stable count; a class already in the list is not
-    offered again, nor one that could not be kept in FP32 (``refused``: its
-    probe was ``not_applicable``). Stops when trials failed with an exception
-    and no replay named anything, when no new class was named, or after
-    ``max_classes``.
-    """
+    """After an unstable probe: the Cell class to add next, the one the unstable seeds' replays named most
+    often, not one in the list or ``refused`` (its probe was ``not_applicable``); or why the search stops."""
     named = Counter(
         s.localized.cell_class for s in seeds if s.localized is not None and not s.verdict.learns_like_fp32
     )
@@ -93,13 +77,9 @@ def next_class(
 
 
 def needs_loss_scaling(seeds: Sequence[SeedEvidence], scaled: bool) -> str | None:
-    """Whether the evidence calls for loss scaling rather than a black list; the decision if so.
-
-    Loss scaling is the remedy for a *silent* failure whose gradients float16 lost
-    (underflow): no Cell is broken, the values are too small, and keeping a Cell in
-    FP32 does not bring them back. A non-finite seed, a silent one without
-    underflow evidence, or a family that already scales goes to the black list.
-    """
+    """Whether the evidence calls for loss scaling rather than a black list; the decision if so. Only for a
+    *silent* failure whose gradients float16 lost (underflow): no Cell is broken, the values are too small,
+    and keeping a Cell in FP32 does not bring them back."""
     if scaled:
         return None
     bad = [s for s in seeds if not s.verdict.learns_like_fp32]
@@ -116,11 +96,7 @@ def needs_loss_scaling(seeds: Sequence[SeedEvidence], scaled: bool) -> str | Non
 
 
 def shrinkable(black: Sequence[str]) -> bool:
-    """Whether the shrink phase should try leaving classes out (delta debugging, one pass).
-
-    A list of one class is not shrunk: without it the probe is the default
-    list, which the grow phase already saw fail.
-    """
+    """Not a list of one class: without it the probe is the default list, which the grow phase saw fail."""
     return len(black) >= 2
 
 

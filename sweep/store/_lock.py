@@ -1,15 +1,8 @@
-"""One driver per sweep folder: a lock file that names its holder and proves it is alive.
+"""One driver per sweep folder: a lock file (``.driver.lock``) that names its holder and proves it is alive.
 
-The lock is a small JSON file in the sweep folder (``.driver.lock``): host,
-pid, start time, and a heartbeat the driver rewrites every few seconds. A
-second ``run`` refuses while the holder is alive. A lock is stale — and is
-taken over, so a killed driver never blocks its own resume — when its process
-is gone (same host) or its heartbeat is older than ``STALE_AFTER_S`` (another
-host, where the pid cannot be checked). The same file tells ``status`` which
-trials are running. A lock or heartbeat that cannot be written because the
-disk is full raises ``OutOfSpace`` (the store's atomic write: the old lock file
-stays whole); the driver releases the lock on its way out, so the same command
-resumes.
+A second ``run`` refuses while the holder is alive. A stale lock is taken over, so a killed driver never
+blocks its own resume: its process is gone (same host), or its heartbeat is older than ``STALE_AFTER_S``
+(another host, where the pid cannot be checked). ``status`` reads the running trials from it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``ampsweep pull``: copy the committed trials of a sweep folder, incrementally.
 
-A trial is copied only once its ``trials/`` row exists at the source, and that
-row is copied last, so the destination never holds more than the source had
-committed and an interrupted pull simply resumes. Sources are backends: any
-``pyarrow.fs`` location, or the head node's own disk reached through Ray when
-the cluster has no shared storage.
+A trial's ``trials/`` row is copied last, so the destination never holds more than the source had
+committed and an interrupted pull resumes. A source is any ``pyarrow.fs`` location, or the head node's
+own disk reached through Ray when the cluster has no shared storage.
 """
 
 from __future__ import annotations

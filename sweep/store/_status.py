@@ -1,10 +1,5 @@
-"""``ampsweep status DIR``: how far a sweep is, read from its folder alone.
-
-Works on a running sweep's folder, a pulled copy or any ``pyarrow.fs`` URI:
-committed rows give completed/diverged/failed per device kind, ``plan.json``
-gives what was expected, and the driver's lock (when its heartbeat is fresh)
-gives what is running now. No Ray, no MindSpore.
-"""
+"""``ampsweep status DIR`` (``docs/cli.md``): how far a sweep is, from its folder alone (no Ray, no
+MindSpore): committed rows, ``plan.json`` and a live driver's lock."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Where finished trials go: a local folder or any URI ``pyarrow.fs`` understands.
 
-Every file is written under a dot-prefixed temporary name (pyarrow.dataset
-skips those) and renamed into place; the ``trials/`` row is written last, so
-a trial counts as done exactly when that row exists (the rule and the paths
-are ``ampsweep.contracts``'s). Anything else under an uncommitted id is
-debris and is replaced. A write that fails removes its temporary file; one
-that fails because the filesystem is full or over quota raises ``OutOfSpace``
-(the run stops with a resume line; nothing half-written is left).
+Every file is written under a dot-prefixed temporary name and renamed into place; the ``trials/`` row
+last, so a trial counts as done exactly when that row exists (``ampsweep.contracts``' rule). A full or
+over-quota filesystem raises ``OutOfSpace``, leaving nothing half-written.
 """
 
 from __future__ import annotations
@@ -83,11 +79,7 @@ class SweepStore:
         return f"{self.root}/{relative}"
 
     def _atomic_write(self, path: str, write: Callable[[str], None]) -> None:
-        """``write`` a temporary file beside ``path``, then rename it into place.
-
-        Whatever stops the write removes the temporary file; a full or
-        over-quota filesystem raises ``OutOfSpace`` naming ``path``.
-        """
+        """``write`` a temporary file beside ``path``, then rename it into place."""
         folder, _, filename = path.rpartition("/")
         temporary = f"{folder}/.tmp-{uuid.uuid4().hex}-{filename}"
         try:
@@ -109,12 +101,8 @@ class SweepStore:
             pass
 
     def out_of_space(self, path: str, exc: OSError) -> OutOfSpace:
-        """The stop for a write of ``path`` that ``exc`` (ENOSPC, EDQUOT) refused, with the folder's counts.
-
-        Counted from the folder itself (the committed rows against
-        ``plan.json``), so whichever write fails — a trial's commit, the lock's
-        heartbeat, the plan, a snapshot — says the same.
-        """
+        """The stop for a write of ``path`` that ``exc`` (ENOSPC, EDQUOT) refused, with the folder's counts:
+        from the folder itself, so whichever write fails (a commit, the lock, the plan) says the same."""
         prefix = f"{self.root}/"
         where = f"{path[len(prefix) :]} in {self.root}" if path.startswith(prefix) else path
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -133,14 +121,8 @@ class SweepStore:
         return OutOfSpace(f"could not write {where}: {reason}", len(done & planned), len(planned - done))
 
     def write_table(self, path: str, table: pa.Table) -> None:
-        """One table file, atomically, without column statistics.
-
-        Every file holds one trial and is read whole, so per-column min/max
-        statistics (which only let a reader skip row groups inside a file)
-        never skip anything; in a one-row ``trials`` file they repeat every
-        value. Left out, bench_vs_tune's sweep wrote about a fifth fewer
-        Parquet bytes.
-        """
+        """One table file, atomically, without column statistics: a file holds one trial and is read whole,
+        so they never skip anything (left out, bench_vs_tune's sweep wrote a fifth fewer bytes)."""
         self._atomic_write(
             path, lambda tmp: pq.write_table(table, tmp, filesystem=self.fs, write_statistics=False)
         )
@@ -179,11 +161,8 @@ class SweepStore:
         return committed_ids([f.base_name for f in info if f.type == pafs.FileType.File])
 
     def unreadable(self, trial_ids: set[str]) -> dict[str, str]:
-        """Committed trials with a truncated or corrupt file, and which file: they must run again.
-
-        Reads each file's Parquet footer only (a truncated file has none), so
-        checking thousands of trials costs one small read per file.
-        """
+        """Committed trials with a truncated or corrupt file, and which file: they must run again. Reads
+        each file's Parquet footer only (a truncated file has none): one small read per file."""
         problems: dict[str, str] = {}
         for trial_id in trial_ids:
             for relative in (trial_row_path(trial_id), part_path("steps", trial_id)):
@@ -198,11 +177,7 @@ class SweepStore:
         return problems
 
     def trial_row(self, trial_id: str, columns: list[str] | None = None) -> dict[str, Any]:
-        """The committed ``trials/`` row of one trial, as a dict: the one way the driver reads it.
-
-        ``FileNotFoundError`` when the trial is not committed; ``OSError`` or
-        ``pyarrow.ArrowException`` when its file is unreadable.
-        """
+        """The committed ``trials/`` row of one trial, as a dict: the one way the driver reads it."""
         table = pq.read_table(self.path(trial_row_path(trial_id)), columns=columns, filesystem=self.fs)
         return table.slice(0, 1).to_pylist()[0]
 
@@ -253,11 +228,8 @@ class SweepStore:
     def commit(self, result: TrialResult, *, equivalent_to: str | None = None, attempts: int = 1) -> None:
         """Write one finished trial, adding the columns the driver owns; the ``trials/`` row goes last.
 
-        A trial that hands back its end state (``save_snapshot``: a sweep with a
-        ``horizon`` past its trials) leaves it in the snapshot folder as
-        ``trial-<id>``, before its row: a committed trial's snapshot is always
-        there to continue from. A copy (``attempts`` 0) has none of its own:
-        its source's is the same state.
+        An end state (``save_snapshot``) goes first, as ``trial-<id>``: a committed trial's snapshot is
+        always there to continue from. A copy (``attempts`` 0) has none: its source's is the same state.
         """
         trial_id = result.trial_id
         if result.snapshot is not None and attempts:
