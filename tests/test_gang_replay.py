@@ -10,13 +10,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from ampsweep.contracts import NUMERICS, UNKNOWN, Outcome
+from ampsweep.contracts import INPUT, NUMERICS, UNKNOWN, Outcome
 from tests._trial import trial_config
 from tests.conftest import answer
 
 WORKLOADS = Path(__file__).parent / "workloads"
 ROWS = f"{WORKLOADS / 'rows_overflow.py'}:make"
 FAILS = f"{WORKLOADS / 'replay_fails.py'}:make"
+FAULTS = f"{WORKLOADS / 'faults.py'}:make"
 
 
 def test_a_gang_names_the_cell_and_the_rank_whose_part_broke(gang):
@@ -45,3 +46,14 @@ def test_a_replay_that_raises_on_rank_1_leaves_the_trial_standing_and_the_gang_i
         actors, actors.run(formed, trial_config(workload=ROWS, steps=12, devices=2, seed=1), ROWS, None, None)
     )
     assert again.error is None and again.anomalies.column("cell").to_pylist() == ["attn"]
+
+
+def test_a_bad_sample_in_rank_1s_part_is_an_input_fault_named_on_rank_1(gang):
+    actors, formed = gang
+    args = {"fault": "input", "fault_row": 11}  # row 3 of rank 1's half of the global batch of 16
+    config = trial_config(workload=FAULTS, steps=30, seed=1, devices=2, workload_args=args)
+    result = answer(actors, actors.run(formed, config, FAULTS, None, None))
+    assert result.outcome == Outcome.DIVERGED
+    (row,) = result.anomalies.to_pylist()
+    assert (row["cause"], row["rank"], row["replay_step"], row["input_index"]) == (INPUT, 1, 20, "[3, 0]")
+    assert row["cell"] is None

@@ -30,9 +30,9 @@ from .._config import TrialConfig
 from .._result import TrialResult
 from ..training._batches import batch_stream
 from ..training._capture import loss_ok
-from ..training._data_parallel import flagged, shard_stream
+from ..training._data_parallel import flagged, shard_stream, together
 from ..training._snapshot import continue_scaler
-from ..training._step import GraphCache
+from ..training._step import CompiledStep, GraphCache
 from ..training._trainer import begin_trial, skip_batches, trial_step, trial_workload
 
 if TYPE_CHECKING:
@@ -66,9 +66,13 @@ def cause_of(
     """The cause of the trial's break at ``until_step`` (from its start) when it is not numerics; None when
     an exact rerun broke there again (numerics: localize it)."""
     config = result.config
-    step, _, batches, _ = begin_trial(config, workload_ref, graphs or GraphCache(), start, group)
-    continue_scaler(step.named_state(), start, config.loss_scale)
-    drawn = list(itertools.islice(batches, until_step + 1))
+
+    def started() -> tuple[CompiledStep, list[tuple[Any, ...]]]:
+        step, _, batches, _ = begin_trial(config, workload_ref, graphs or GraphCache(), start, group)
+        continue_scaler(step.named_state(), start, config.loss_scale)
+        return step, list(itertools.islice(batches, until_step + 1))
+
+    step, drawn = together(group, started)
     held = _input_cause(drawn, config.start_step, group)
     if held is not None:
         return held
@@ -107,10 +111,13 @@ def input_fault(
 ) -> Cause | None:
     """The ``input`` cause among the first ``steps`` batches a run of ``config`` draws from its start (Watch:
     the user's run from its snapshot), or None."""
-    workload = trial_workload(config, workload_ref, start)
-    stream = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
-    drawn = list(stream if group is None else shard_stream(stream, group))
-    return _input_cause(drawn, config.start_step, group)
+
+    def drawn() -> list[tuple[Any, ...]]:
+        workload = trial_workload(config, workload_ref, start)
+        stream = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
+        return list(stream if group is None else shard_stream(stream, group))
+
+    return _input_cause(together(group, drawn), config.start_step, group)
 
 
 def _input_cause(drawn: list[tuple[Any, ...]], start_step: int, group: RankGroup | None) -> Cause | None:

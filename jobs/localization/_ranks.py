@@ -16,7 +16,7 @@ as many of them as the others (a rank left out would wait in the reduction):
 whether to go on is read from the reduced loss and gradient norm, the same on
 every rank, never from a rank's own finding. What a rank does on its own
 (building the replay, drawing a batch, the hooked look) is followed by one
-agreement (``_together``): a rank whose part raised makes every rank raise
+agreement (``together``): a rank whose part raised makes every rank raise
 there, before any of them enters a collective the failed one would skip. The
 driver merges the ranks' findings as one device orders them
 (``jobs.localization._diagnose.merge_ranks``).
@@ -25,8 +25,8 @@ driver merges the ranks' findings as one device orders them
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ import pyarrow as pa
 from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
-from ..training._data_parallel import LOCALIZING, RankGroup, agree
+from ..training._data_parallel import RankGroup, together
 from ..training._starts import start_key
 from ._fp32_twin import graph_for, hooked_twin_step
 from ._hooks import CellProbe
@@ -54,21 +54,6 @@ if TYPE_CHECKING:
 
 #: whose step a gang's ``replay_step`` is: the trial's own, looked at on one rank's part
 ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
-
-_T = TypeVar("_T")
-
-
-def _together(group: RankGroup, step: int, work: Callable[[], _T]) -> _T:
-    """``work()``, this rank's own part of replay step ``step``; then every rank learns whether any
-    rank's part raised, and all raise together (``agree``) or all go on."""
-    group.progress.reached(step, LOCALIZING)
-    try:
-        value = work()
-    except Exception as exc:  # noqa: BLE001 - handed to every rank by ``agree``, which raises it
-        agree(group, exc)
-        raise
-    agree(group, None)
-    return value
 
 
 def _graph(
@@ -105,7 +90,7 @@ def on_ranks(
     started = time.perf_counter()
     previous = _ensure_pynative()
     try:
-        compiled = _together(group, -1, lambda: _graph(config, workload_ref, graphs, start, group))
+        compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
         if mode == "departure":
             found = _departure(config, workload_ref, compiled, graphs, start, group)
             return finished(mode, found, device_target, started)
@@ -145,12 +130,16 @@ def _nonfinite(
     """This rank's culprit from the trial's first broken step on, and the last step looked at (the same
     on every rank; -1: none)."""
     first = 0 if until_step is None else max(0, min(until_step, limit))
-    replay = _together(
-        group, -1, lambda: _started(config, workload_ref, limit, start, compiled, graphs, group)
+    replay = together(
+        group, step=-1, work=lambda: _started(config, workload_ref, limit, start, compiled, graphs, group)
     )
     early = replay.steps_on(compiled, first)
     if early is not None:  # the graph broke before the trial did: look from that step, from the start again
-        _together(group, -1, lambda: _restarted(replay, config, workload_ref, limit, start, compiled, graphs))
+        together(
+            group,
+            step=-1,
+            work=lambda: _restarted(replay, config, workload_ref, limit, start, compiled, graphs),
+        )
         replay.steps_on(compiled, early)
         first = early
     probe = replay.attach(CellProbe(backward=True))
@@ -169,7 +158,7 @@ def _nonfinite(
 
     try:
         for index in range(first, limit):
-            batch = _together(group, index, lambda: looked_at(index))  # noqa: B023 - called at once
+            batch = together(group, step=index, work=lambda: looked_at(index))  # noqa: B023 - called at once
             if batch is None:
                 break
             last = index
@@ -222,10 +211,10 @@ def _fp32_twin(
     """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
     part hooked at its finding's step. None: no finding here, or FP32 broke first."""
     fp32 = _fp32(config)
-    compiled = _together(group, -1, lambda: _graph(fp32, workload_ref, graphs, start, group))
+    compiled = together(group, step=-1, work=lambda: _graph(fp32, workload_ref, graphs, start, group))
     at = last if finding is None else finding.step
-    replay = _together(
-        group, -1, lambda: _started(fp32, workload_ref, last + 1, start, compiled, graphs, group)
+    replay = together(
+        group, step=-1, work=lambda: _started(fp32, workload_ref, last + 1, start, compiled, graphs, group)
     )
     try:
         if replay.steps_on(compiled, at) is not None:
@@ -238,7 +227,7 @@ def _fp32_twin(
             compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
             return batch, hooked_twin_step(replay, batch, finding)
 
-        batch, twin = _together(group, at, twin_at)
+        batch, twin = together(group, step=at, work=twin_at)
         if batch is not None and at < last and _went_on(replay, compiled, batch):
             replay.steps_on(compiled, last - at - 1)
         return twin
@@ -267,7 +256,7 @@ def _departure(
             _Replay(_fp32(config), workload_ref, 0, start, group),
         )
 
-    policy, fp32 = _together(group, -1, replays)
+    policy, fp32 = together(group, step=-1, work=replays)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
     found: tuple[_Finding, float] | None = None
@@ -282,7 +271,7 @@ def _departure(
 
     try:
         for index in range(limit):
-            batch = _together(group, index, lambda: compared(index))  # noqa: B023 - called at once
+            batch = together(group, step=index, work=lambda: compared(index))  # noqa: B023 - called at once
             if batch is None:
                 break
             if index >= checks[-1] or not (_went_on(policy, compiled, batch) or policy.scaler is not None):

@@ -26,8 +26,9 @@ import os
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +36,8 @@ import numpy as np
 ROLE_ENV = "MS_ROLE"
 WORKER_ROLE = "MS_WORKER"
 
+
+_T = TypeVar("_T")
 
 #: the phases of a rank's call that ``Progress`` tells apart, in the order a call runs them
 TRAINING, LOCALIZING = 0, 1
@@ -99,6 +102,22 @@ def flagged(group: RankGroup, flag: bool) -> list[int]:
     flags = np.zeros(group.size, np.float32)
     flags[group.rank] = 1.0 if flag else 0.0
     return [int(rank) for rank in np.flatnonzero(ops.AllReduce()(ms.Tensor(flags)).asnumpy() > 0.5)]
+
+
+def together(group: RankGroup | None, work: Callable[[], _T], step: int = -1) -> _T:
+    """``work()``, this rank's own part of a collective act (on one device: just that); then every rank
+    learns whether any rank's part raised, and all raise together (``agree``) or all go on. ``step``:
+    where the rank is, for its ``progress`` (a localization's replay step)."""
+    if group is None:
+        return work()
+    group.progress.reached(step, LOCALIZING)
+    try:
+        value = work()
+    except Exception as exc:  # noqa: BLE001 - handed to every rank by ``agree``, which raises it
+        agree(group, exc)
+        raise
+    agree(group, None)
+    return value
 
 
 def agree(group: RankGroup, error: BaseException | None) -> None:

@@ -1,8 +1,8 @@
 """A stable classifier (MindSpore's ``nn.Dense``, ``nn.LayerNorm``) that suffers a fault numerics did not
 cause, injected by the workload itself (no hook in ampsweep):
 
-- ``fault="input"``: seed ``fault_seed``'s batch at step ``fault_step`` holds one ``inf`` (a corrupted
-  sample): every configuration sees it;
+- ``fault="input"``: seed ``fault_seed``'s batch at step ``fault_step`` holds one ``inf`` in row
+  ``fault_row`` (a corrupted sample; on a gang of 2, rows 8-15 are rank 1's): every configuration sees it;
 - ``fault="transient"``: the first trial of seed ``fault_seed`` to reach step ``fault_step`` gets one NaN
   in a hidden activation, once in the whole sweep (``marker``: a file that says it happened), like a
   flipped bit on a device: the trial's own replay and its rerun elsewhere are clean;
@@ -78,14 +78,14 @@ def _hit(fault: str, seed: int, fault_seed: int, fault_step: int, marker: str) -
     return hit
 
 
-def _batches(seed: int, poisoned: int | None):
+def _batches(seed: int, poisoned: int | None, row: int):
     rng = np.random.default_rng(seed)
     step = 0
     while True:
         y = rng.integers(0, CLASSES, BATCH)
         x = rng.normal(0, 1, (BATCH, FEATURES)).astype(np.float32) + y[:, None].astype(np.float32)
         if step == poisoned:
-            x[3, 0] = np.inf
+            x[row, 0] = np.inf
         step += 1
         yield x, y.astype(np.int32)
 
@@ -96,6 +96,7 @@ def make(
     fault_seed: int = 1,
     fault_step: int = 20,
     marker: str = "",
+    fault_row: int = 3,
 ) -> Workload:
     hit = _hit(fault, seed, fault_seed, fault_step, marker)
     poisoned = fault_step if fault == "input" and seed == fault_seed else None
@@ -103,6 +104,6 @@ def make(
         network=Classifier(hit),
         loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
         optimizer=lambda params: nn.Adam(params, learning_rate=1e-2),
-        batches=_batches(seed, poisoned),
+        batches=_batches(seed, poisoned, fault_row),
         target_loss=0.6,
     )
