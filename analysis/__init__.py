@@ -1,25 +1,13 @@
-"""Offline analysis of an ampsweep sweep folder.
+"""Offline analysis of an ampsweep sweep folder: Parquet in, the report out, never MindSpore or Ray.
 
-Reads only Parquet (through pyarrow), never MindSpore or Ray, so results can
-be analysed on any laptop after ``ampsweep pull``. Compute, then words, then
-renderers; one concept per private module, arrows one way (a test checks:
-``compute`` imports neither ``wording`` nor ``render``, ``wording`` does not
-import ``render``, ``render`` does not import ``compute``)::
+Compute, then words, then renderers, arrows one way (tests/test_architecture.py checks them)::
 
     compute: load -> scores -> configs -> rank (criteria) -> evidence -> figure data -> model
-    wording: model -> labels, answer, code, sections (once)
+    wording: model -> labels, answer, evidence, code, next sweep, sections (once)
     render:  model + words -> markdown / html (+ figures) / json / csv / terminal -> writer
 
-``_analyze`` runs the first two (every read happens there); the renderers
-receive the model and write only their own output. Every output names a
-configuration the same way (:class:`ampsweep.contracts.Configuration`). The public surface::
-
-    a = analyze("out/my-sweep")      # Analysis: ranking, one Recommendation per device kind
-    a.report()                       # report.md, report.html, recommendation.json, ranking.csv
-    a.terminal(top=5)                # the table the CLI prints (render_terminal: answer + table)
-
-``write_report(path)`` does both steps at once; ``render_markdown`` and
-``render_html`` return one file's text without writing it.
+``analyze(path)`` returns an :class:`Analysis` (every read happens there); ``.report()`` writes the
+report folder and ``.terminal(top=5)`` is the table the CLI prints. Public names load on first use.
 """
 
 from __future__ import annotations

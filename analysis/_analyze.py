@@ -1,13 +1,8 @@
 """``analyze``: load, score, aggregate and rank a sweep folder into the model, then word it.
 
-The only module that runs the whole analysis, every read included (the
-figures' data too: :mod:`analysis.compute._figure_data`). It sits above both
-halves of the one-way chain: ``compute`` reads and computes the ranking and
-the recommendation's evidence, then ``wording`` adds the words every output
-shows (the ranking's short columns, the answer lines, the code to paste). It
-returns a :class:`SweepAnalysis` and writes nothing (see
-:mod:`analysis._writer`), so every renderer formats that model and reads no
-file.
+The only module that runs the whole analysis, every read included (the figures' data too): ``compute``
+reads and computes, then ``wording`` adds the words every output shows. It writes nothing
+(:mod:`analysis._writer` does).
 """
 
 from __future__ import annotations

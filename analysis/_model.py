@@ -1,15 +1,8 @@
 """The analysis result as data: what every renderer formats and nothing computes.
 
-The model sits at the start of the one-way chain
-``compute -> model -> wording -> render -> writer``: it imports no other module
-of the package, so a renderer can never be imported back by the data it shows.
-The ranking table's column groups (``Configuration.FIELDS``, :data:`CONVERGENCE_COLUMNS`)
-are defined here, so a renderer can lay out the table without importing the
-code that computed it.
-``recommendation.json`` is derived from :class:`Recommendation` (see
-:mod:`analysis.render._recommendation` for its schema), never assembled by hand.
-The figures' data (:class:`FigureData`) are numbers already read, smoothed
-and binned by ``analyze``, so drawing them reads no file.
+It imports no other module of the package, so a renderer can never be imported back by the data it shows;
+the ranking's column groups live here so a renderer lays out the table without the code that computed it.
+``recommendation.json`` is derived from :class:`Recommendation`, never assembled by hand.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """A sweep folder as TensorBoard runs, from its Parquet tables alone (``ampsweep export --tensorboard``).
 
-One run per committed trial, ``LOGDIR/<sweep>/<configuration's name> · seed <n>`` (the trials of
-``confirm/`` and ``horizon/`` under ``LOGDIR/<sweep>/confirm`` and ``.../horizon``): its steps table per
-step, its configuration as HParams with the report's scores (:func:`analyze`) as their metrics, its
-localized Cell and (in the current recommendation's runs only) the recommendation as text. Incremental and
-idempotent: ``ampsweep-export.json`` lists the trials exported with a digest of what each run shows, which
-changes as the sweep learns (a trial committed before its FP32 baseline has no target yet); a run whose
-digest changed is written again, in place: a trial's events are renamed into place under a name the trial
-fixes, so writing it again never adds a step twice. tensorboardX (the ``tensorboard`` extra) encodes the
-events, imported on use, never into ``ampsweep run``'s driver (its protobuf must not load before MindSpore's).
+One run per committed trial (docs/tensorboard.md); incremental and idempotent: ``ampsweep-export.json``
+keeps a digest of what each run shows, a run whose digest changed is written again in place, under a name
+the trial fixes. tensorboardX encodes the events, imported on use, never into ``ampsweep run``'s driver
+(its protobuf must not load before MindSpore's).
 """
 
 from __future__ import annotations

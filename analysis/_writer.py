@@ -1,17 +1,8 @@
-"""Write the report folder: the last link of ``model -> text -> renderers -> writer``.
+"""Write the report folder (docs/ranking.md, "What `report/` holds"): the last link of the chain.
 
-``report/`` holds ``ranking.csv`` (every configuration, fixed columns),
-``report.md`` (the answer, evidence, ranking, failures, rules),
-``report.html`` (the same plus figures, one self-contained file),
-``failure.png`` (the failure figure report.md shows, when a configuration broke),
-``next-spec.yaml`` (when no mixed-precision configuration learns like FP32: the
-sweep's own spec with what it lacked added, ``analysis.compute._next_sweep``) and
-``recommendation.json`` (the recommendation as data, schema in
-:mod:`analysis.render._recommendation`). Files are written to a temporary name and
-renamed into place, as everything else in a sweep folder is, so a reader
-never sees half a report. A write that fails removes its temporary file; on a
-full or over-quota disk the ``OSError`` (ENOSPC, EDQUOT) names the report file
-(``filename``), so the CLI can say which one and how to write it again.
+Every file is written to a temporary name and renamed into place (:func:`atomic_write`), as everything in
+a sweep folder is, so a reader never sees half a report; on a full or over-quota disk the ``OSError`` names
+the report file, so the CLI can say which one and how to write it again.
 """
 
 from __future__ import annotations

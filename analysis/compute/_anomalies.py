@@ -1,11 +1,7 @@
-"""The localized Cell of each configuration, from the ``anomalies`` table.
+"""The localized Cell of each configuration, from the ``anomalies`` table (docs/localization.md).
 
-For a trial that went non-finite (or departed from FP32 silently) the trainer
-replays it and writes one ``anomalies`` row naming the first Cell that
-produced inf/NaN (or departed), with its max |x| under the trial's policy and
-in FP32. The table may be absent: older sweeps and completed trials have
-none. Per configuration the rows of its seeds are folded: seeds that agree
-on (cell, class, phase, kind) are reported once.
+The table may be absent: older sweeps and completed trials have none. A configuration's seeds that agree
+on (cell, class, phase, kind) are reported once; wording words them (:mod:`analysis.wording._faults`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Fold per-trial scores into one row per configuration (over seeds).
 
-A configuration is everything the user can choose except the seed: one
-:class:`~ampsweep.contracts.Configuration`. Seeds exist to expose luck, so every figure is reported as a
-median with its min/max spread, and a single bad seed makes a configuration
-unstable.
-
-Every per-seed score is also kept per seed (``per_seed``), because the
-ranking's tie rule compares configurations seed by seed. Anomaly rows
-(``anomalies`` table) become the configuration's localized Cells.
-
-Each row is named twice, by its ``configuration``:
-``config_id`` spells every choice (the configuration's stable key, in
-ranking.csv and recommendation.json) and ``label`` only those that differ
-between the rows (what every output shows).
-
-Steps to target is a median in which a seed that never reached the target
-counts as infinitely slow: a configuration where most seeds never get there
-has no median (NaN) rather than the flattering median of its lucky seeds.
+A configuration (:class:`~ampsweep.contracts.Configuration`) is everything but the seed: every figure is a
+median with its min/max spread, kept per seed too (``per_seed``) for the tie rule, and one bad seed makes a
+configuration unstable. A row is keyed by ``config_id`` (every choice spelled) and named by ``label`` (only
+the choices that differ between the rows). In the steps-to-target median a seed that never reached the
+target counts as infinitely slow, so most seeds missing it gives NaN, not the lucky seeds' median.
 """
 
 from __future__ import annotations
@@ -28,6 +16,7 @@ import pandas as pd
 
 from ampsweep.contracts import (
     FP32_LEVEL,
+    LOSS_INSIDE,
     NAME_SEPARATOR,
     Configuration,
     Outcome,
@@ -297,7 +286,7 @@ def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -
         row["n_black_listed"] = len(row["black_list"])
         row["fp32_params"], row["fp32_cell_paths"] = _fp32_part(ranked, idx)
         row["args_preference"] = ranked["args_preference"].iat[idx[0]] if "args_preference" in ranked else ""
-        row["loss_inside"] = int(row.get("loss_placement") == "inside")
+        row["loss_inside"] = int(config.loss_placement == LOSS_INSIDE)
         row["loss_scaling"] = LOSS_SCALING_ORDER.get(parse_loss_scale(str(row["loss_scale"])).kind, 0)
         row["trial_ids"] = " ".join(trial_ids[idx])
         rows.append(row)

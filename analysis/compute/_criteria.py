@@ -1,31 +1,9 @@
-"""The ranking criteria as data: one ordered list drives everything about the order.
+"""The ranking criteria as data: :data:`CRITERIA` is the only place the order is defined.
 
-:data:`CRITERIA` is the only place the order is defined. The same list
-
-* sorts the configurations (:func:`order_paths`),
-* names the criterion that gave a row its rank below the one above it and
-  the ones it is tied on (:func:`rank_reason`),
-* orders each seed's own trials for the seed-agreement check, and
-* writes the "How the ranking is decided" text (:func:`rules_text`).
-
-**The tie rule (seed noise).** Categorical criteria (stability, divergence
-rate, clip class, FP32 part) compare exactly. A score measured per seed
-(steps to target, final loss, speed) separates configuration B from a better
-configuration A only when *both*
-
-1. on every seed both ran, B is worse than A (the per-seed paired comparison
-   agrees in sign on every shared seed), and
-2. the seed ranges do not overlap (B's best seed is worse than A's worst).
-
-Otherwise A and B are tied on that score and the next criterion decides.
-Sorted by the score's median, a configuration joins the group of the best
-configuration of the current group when it is tied with it, else it starts
-the next group; each group is then ordered by the next criterion. With one
-seed there is no noise to measure, and any difference separates.
-
-Speed is measured, shown and tie-tested everywhere, but it decides only on an
-accelerator: on the CPU backend float16 is emulated (slower than FP32), so
-there it never decides (:attr:`RankContext.speed_decides`).
+The same list sorts the configurations (:func:`order_paths`), names the criterion that put a row below the
+one above and those it is tied on (:func:`rank_reason`), orders each seed's own trials for the
+seed-agreement check, and writes the rules the report prints (:func:`rules_text`). The seed-noise rule,
+and why speed decides only on an accelerator: docs/ranking.md, "The criteria".
 """
 
 from __future__ import annotations
@@ -267,7 +245,7 @@ CRITERIA: tuple[Criterion, ...] = (
             "hand-written loop compute it) before inside: the training script then needs no change to where "
             "its loss runs."
         ),
-        show=lambda r: str(r.get("loss_placement", "inside")),
+        show=lambda r: str(r["loss_placement"]),
     ),
     Criterion(
         "loss_scaling",
@@ -308,7 +286,8 @@ def order_paths(rows: Sequence[Row], ctx: RankContext) -> list[Path]:
     """Each row's sort key, one entry per criterion; sorting by it is the ranking.
 
     An exact criterion's entry is its value; a noisy one's is the index of the
-    group the row falls in within its parent group (see the module docstring).
+    band the row falls in within its parent group: sorted by the median, a row joins the band of the
+    band's first (best) row when the two are tied, else it starts the next band.
     """
     paths: list[list[Any]] = [[] for _ in rows]
     groups = [list(range(len(rows)))]

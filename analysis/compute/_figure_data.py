@@ -1,15 +1,8 @@
 """The figures' data, gathered by ``analyze``: the only reads report.html's figures need.
 
-Drawing (:mod:`analysis.render._figures`) reads no file, so everything a figure shows
-is read, smoothed and binned here, into the :class:`~analysis._model.FigureData`
-of each device kind. Only the trials a figure shows are opened (the top
-configurations, FP32, one diverged trial's ``layers/``), one configuration at a
-time, so the cost is the same on a sweep of any size and memory stays bounded
-by one configuration's seeds.
-
-Curves longer than ``MAX_POINTS`` are binned (mean for losses, max for gradient
-norms, so a spike never disappears in the binning): a loss curve of 100k steps
-would otherwise be 100k vertices in a figure.
+Only the trials a figure shows are opened (the top configurations, FP32, one diverged trial's
+``layers/``), one configuration at a time, so the cost is the same on a sweep of any size. Curves longer
+than ``MAX_POINTS`` are binned (mean for losses, max for gradient norms: a spike never disappears).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """When FP32 itself breaks: judge every trial against FP32 only on the steps before it broke.
 
-A trial is judged against its seed's FP32 run (``ampsweep.contracts.trial_verdict``).
-When that run diverged, its "final loss" is the mean of whatever finite losses
-it had just before the NaN, and its steps to target end where it broke: a
-mixed-precision run that went on for thousands of steps more would be compared
-with a number from another point of training, or with a loss on its way to
-inf. So for every seed whose FP32 reference diverged, each trial of that seed
-(the FP32 one included) is re-scored on its own steps *before* FP32's first
-non-finite step: final loss, start loss and steps to target over that window,
-and the verdict from those. FP32's own level is the best it reached in that
-window (:func:`best_level`), not the mean of its last steps, which for a run
-that blows up are on their way to inf; the target derives from it. Seeds
-whose FP32 run stayed finite keep their scores.
-
-:func:`analysis.compute._scores.trial_scores` applies it in its one scoring
-pass, before it judges any trial, for both the report and the adaptive search
-(``ampsweep.analysis.trial_verdicts``): the two must call every trial by the
-same name.
+For every seed whose FP32 reference diverged, each trial of that seed (the FP32 one included) is scored
+again on its own steps before FP32's first non-finite step: final loss, start loss and steps to target over
+that window, and the verdict from those. FP32's own level there is the best it reached (:func:`best_level`),
+not its last steps on their way to inf. :func:`analysis.compute._scores.trial_scores` applies it in its one
+scoring pass, for the report and the adaptive search alike (docs/remedies.md, "When FP32 itself breaks").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The divergence map: share of diverged or failed trials per AMP level x black list x clip.
 
-Computed once as data (:func:`divergence_grids`, from the ranking alone), so
-report.md prints it as a table (:mod:`analysis.wording._text`) and report.html
-draws it as a heatmap (:func:`analysis.render._figures.divergence_map`) from the
-same cells. One panel per (loss scale, dtype) pair when there are a few, so no
-cell averages over settings the user would choose separately. Rows and
-columns are named as everywhere else (:class:`ampsweep.contracts.Configuration`).
+Computed once from the ranking: report.md prints it as a table, report.html draws it as a heatmap. One
+panel per (loss scale, dtype) when there are a few, so no cell averages settings a user chooses apart.
 """
 
 from __future__ import annotations

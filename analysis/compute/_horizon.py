@@ -1,20 +1,9 @@
 """What the continuation to the horizon adds to a sweep's trials: how far each held, and where it broke.
 
-A sweep with ``horizon:`` past its trials' end continues its answer (and the
-runners-up that would replace it) from each seed's snapshot, in the
-sub-folder ``horizon/`` (``ampsweep.contracts._horizon``). Those trials are
-not configurations of their own: each extends one trial of the sweep. Read
-here, once, so the scores, the ranking, the search and the report all judge a
-trial by how far it really held:
-
-- ``held_to``: the global step the trial's configuration held to on that
-  seed (:func:`ampsweep.contracts.held_to`, the meaning ``horizon.json`` has:
-  every step before it was finite; its end or its continuation's end, or
-  where it broke, its first non-finite step);
-- a trial whose continuation broke is ``diverged`` (or ``failed``) at the
-  continuation's first non-finite step: a configuration that breaks before the
-  user's training ends is no answer, however well its first steps went;
-- ``continued_by``: the continuation's trial id (None: not continued).
+The continuations in ``horizon/`` (docs/late-divergence.md) each extend one trial of the sweep; read here,
+once, so the scores, the ranking, the search and the report judge a trial by how far it really held:
+``held_to`` (:func:`ampsweep.contracts.held_to`), its continuation's outcome when that broke (a configuration
+that breaks before the user's training ends is no answer) and ``continued_by`` (None: not continued).
 """
 
 from __future__ import annotations

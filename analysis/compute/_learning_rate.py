@@ -1,12 +1,7 @@
 """The workload's learning-rate argument: what a next sweep lowers when FP32 itself breaks.
 
-A run that breaks in FP32 is fixed in the FP32 run (a clip, the Cell, the
-learning rate), and the learning rate is the one of those a sweep can try
-when the workload's factory takes it as an argument. The analysis never
-imports the user's module (it would import MindSpore), so the argument is
-read from the spec (fixed or swept) and otherwise from the factory's source,
-parsed: a keyword argument named ``lr``, ``learning_rate`` or ``*_lr`` with a
-number as its default.
+Read from the spec (fixed or swept), else from the factory's source, parsed, never imported (that would
+import MindSpore): a keyword argument named ``lr``, ``learning_rate`` or ``*_lr`` with a number default.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from ampsweep.contracts import (
     ARG_COLUMN_PREFIX,
     HORIZON_FOLDER,
+    LOSS_INSIDE,
     PLAN_FILE,
     TRIALS_SCHEMA,
     Configuration,
@@ -37,8 +38,6 @@ from ._horizon import merge_continuations
 #: Integer columns that are grouping keys stay exact (nullable Int64); every
 #: other integer becomes float64 so a null is a NaN that arithmetic tolerates.
 _INTEGER_KEYS = ("seed",)
-#: Old folders predate the column; their loss was computed inside the cast network.
-DEFAULT_LOSS_PLACEMENT = "inside"
 #: Grouping keys: an unknown value is one group (""), not a dropped row.
 _GROUP_KEYS = ("workload", "amp_level", "loss_scale", "dtype", "device_kind")
 
@@ -180,7 +179,7 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     for name in _GROUP_KEYS:
         frame[name] = frame[name].fillna("")
     frame["loss_placement_recorded"] = frame["loss_placement"].notna()
-    frame["loss_placement"] = frame["loss_placement"].fillna(DEFAULT_LOSS_PLACEMENT)
+    frame["loss_placement"] = frame["loss_placement"].fillna(LOSS_INSIDE)  # before the column: inside
     frame["black_list"] = [black_list_of(v) for v in frame["black_list"]]
     frame = frame.drop_duplicates("trial_id", keep="last")
     frame = frame.sort_values("trial_id", kind="stable").reset_index(drop=True)

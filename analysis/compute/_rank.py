@@ -1,41 +1,10 @@
 """Order one device kind's configurations by :data:`analysis.compute._criteria.CRITERIA`.
 
-The order, its tie rule and the rules text live in :mod:`analysis.compute._criteria`;
-this module classifies each configuration (stability tier, clip class), sorts
-by the criteria, makes the recommendation minimal, and says what each row is
-(``description``) and why its rank is below the row above it, as data
-(``rank_reason``, with ``decided_by``, ``tied_on`` and ``tied_with_above``):
-:mod:`analysis.wording._labels` words it (``phrase``, ``rule``).
-
-**A broken configuration shows where it broke.** A configuration with a
-diverged seed has finite losses only *before* its NaN, so its "final loss"
-and "steps to target" read like a healthy run's: :func:`hide_broken_scores`
-blanks them before the order is decided, so no criterion and no renderer
-ever uses them.
-
-**Minimal by construction.** After sorting, the best stable configuration is
-checked class by class: when the same configuration without one of its FP32
-classes exists, is stable on every seed and is tied with it on every criterion
-above "FP32 classes", that smaller one joins its groups and so ranks first on
-fewer FP32 classes; repeated until no class can go.
-
-**Fewer in FP32 is how much of the network, not how many names.** Where the
-criteria compare "FP32 classes", the key is the FP32 part's size: the
-parameter elements under the outermost listed Cells (``fp32_params``), then
-the number of classes; a sweep written before that column is compared by
-classes alone. ``[TransformerEncoderLayer]`` and ``[MultiheadAttention]`` are
-one class each, but the first keeps the feed-forward layers and the norms in
-FP32 too.
-
-**Containment.** A stable configuration whose FP32 part contains another
-stable configuration's (every Cell path of the other lies inside one of its
-own, and they differ) ranks below that one when the two differ only in their
-black list (same level, clip, loss scale, dtype, loss placement, device
-kind), whatever the scores: both learn like FP32, and the larger part only
-costs speed and memory for nothing the verdict measures. Across other
-settings their own criteria decide (a clip in band before none). Its phrase
-says so: "keeps more in FP32 than #1 (TransformerEncoderLayer contains
-MultiheadAttention: ...)".
+Classifies each configuration (stability tier, clip class), blanks a broken row's convergence figures
+before anything compares them (:func:`hide_broken_scores`), sorts by the criteria with the FP32 part
+compared by its size, makes the recommendation minimal, puts no stable row above one whose FP32 part it
+contains, and says why each rank is below the row above as data (``rank_reason``; wording words it). The
+rules: docs/ranking.md, "The criteria" (rule 6: minimal by construction, containment).
 """
 
 from __future__ import annotations
@@ -72,7 +41,7 @@ FP32_PART = BY_NAME["n_black_listed"]
 
 
 def _make_minimal(records: list[dict[str, Any]], paths: list[tuple], ctx: RankContext) -> list[tuple]:
-    """Let a stable configuration with one FP32 class less take the lead when it ties (module docstring)."""
+    """Let a stable configuration with one FP32 class less take the lead when it ties (rule 6)."""
     index = {r["configuration"]: i for i, r in enumerate(records)}
     while True:
         order = sorted(range(len(records)), key=lambda i: paths[i])
@@ -250,7 +219,7 @@ def _size_text(row: Mapping[str, Any]) -> str:
 
 def _fp32_reason(records: list[dict[str, Any]], paths: list[tuple], i: int, ctx: RankContext) -> RankReason:
     """Why row ``i`` is below row ``i - 1``, its FP32 part compared by size, and the stable row above whose
-    FP32 part it contains (module docstring), if any."""
+    FP32 part it contains (containment, rule 6), if any."""
     row, above = records[i], records[i - 1]
     reason = rank_reason(row, above, paths[i], paths[i - 1], i, ctx)
     if reason.decided_by == FP32_PART.name and _params(row) is not None:

@@ -1,23 +1,9 @@
-"""Per-trial scores, including the ones that need the FP32 baseline.
+"""Per-trial scores, including the two relative to FP32: the target loss and the speed.
 
-Two figures are relative to FP32 (AMP level ``O0``), which is why the step
-scan runs in two phases: first the O0 trials, whose final losses define the
-fallback target, then everything else with its target known.
-
-* *Target loss*: the workload's ``target_loss`` when it has one; otherwise
-  ``TARGET_FROM_FP32`` x the FP32 final loss for the same workload, device
-  kind and seed (loss scale and dtype do not matter for an uncast network).
-  Where that seed has no O0 trial, the median over the kind's O0 seeds is
-  used.
-* *Speed vs FP32*: median step time of the O0 reference trials on the same
-  device kind divided by this trial's median step time (> 1 = faster).
-
-The *FP32 reference* trials are the O0 trials with no clipping and an empty
-black list; when a seed (on a device kind) has none of those, any O0 trial of
-that seed is used, so a sweep that only ran clipped O0 still has a baseline.
-With swept workload arguments (``grid.workload_args``), "the same workload"
-means the same *model* (:func:`_model`): a reference shares a trial's swept
-arguments, except precision knobs, which it has at float32.
+The step scan runs in two phases: the O0 trials first, whose final losses give the fallback target, then
+every other trial with its target known. The FP32 reference, the target and the speed are docs/ranking.md's
+"Per-trial figures"; with swept workload arguments "the same workload" means the same *model*
+(:func:`_model`): a reference shares a trial's swept arguments, except precision knobs, at float32.
 """
 
 from __future__ import annotations

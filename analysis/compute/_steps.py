@@ -1,30 +1,13 @@
 """Per-trial aggregation of the step tables, in one streaming pass.
 
-A sweep can hold tens of millions of step rows, so nothing here materialises
-the ``steps`` dataset: each trial's fragment is read batch by batch and folded
-into a small accumulator whose state is a few windows of at most
-``SPIKE_WINDOW`` values plus two per-trial buffers (step times and gradient
-norms, needed for exact medians). Memory therefore grows with the longest
-single trial, never with the size of the sweep.
-
-Rules fixed here (the report quotes them):
-
-* A step is *non-finite* when its ``nonfinite`` flag is set (loss or any
-  gradient) or its loss is not finite; every other step is *finite*. The
-  trial's *first non-finite step* is the contract's
-  :func:`ampsweep.contracts.first_nonfinite_step`: the first step whose
-  *loss* is non-finite (a gradient alone does not count).
-* *Clip rate* = finite steps with ``clipped`` / finite steps. Non-finite steps
-  are excluded because their norm is meaningless, not because clipping fired.
-* A *loss spike* is a finite loss greater than ``SPIKE_FACTOR`` times the
-  median of the previous ``SPIKE_WINDOW`` finite losses, counted only once
-  that many finite losses exist and only while the median is positive (a
-  ratio against a zero or negative median says nothing).
-* *Steps to target* is the 1-based position of the step that completes the
-  first window of ``TARGET_WINDOW`` consecutive steps whose mean loss is at or
-  below the target. A non-finite loss makes its windows fail, as it should.
-* *Final loss* is the contract's :func:`ampsweep.contracts.final_loss`: the
-  mean of the finite losses over the last ``final_loss_rows(n)`` step rows.
+Nothing materialises the ``steps`` dataset: each trial's files are read batch by batch and folded into a
+small accumulator, so memory grows with the longest trial, never with the sweep. The rules (the report
+quotes them; docs/ranking.md, "Per-trial figures"): a step is non-finite when its ``nonfinite`` flag is
+set or its loss is not finite, and the first non-finite step is the first non-finite *loss*
+(:func:`ampsweep.contracts.first_nonfinite_step`); the clip rate counts finite steps only (a non-finite
+step's norm means nothing); a loss spike is a finite loss above ``SPIKE_FACTOR`` x the median of the
+previous ``SPIKE_WINDOW`` finite losses, once that many exist and while the median is positive; steps to
+target and the final loss are the contract's (:mod:`ampsweep.contracts`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """``report/ranking.csv``: every configuration, fixed columns (stable for scripts).
 
-A configuration with a diverged or failed seed has empty convergence columns
-(``steps_to_target_*``, ``final_loss_*``) and says where it broke in
-``broke_at``: its losses before the NaN are not a converged run's.
-
-Formatting only: every column is the ranking's own (its words were added by
-:mod:`analysis.wording._labels`); the configuration is named by ``label`` (what
-every output shows) and keyed by ``config_id`` (every choice spelled out), both
-by its :class:`~ampsweep.contracts.Configuration`; ``black_list`` is written
-``A, B`` (``none`` when empty), ``workload_args`` ``name=value, ...`` (``none``).
+Formatting only: every column is the ranking's own (a broken row's convergence columns are empty, its
+``broke_at`` says where it broke); ``black_list`` is written ``A, B`` and ``workload_args``
+``name=value, ...`` (``none`` when empty).
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Figures for report.html: :class:`~analysis._model.FigureData` in, PNG (base64) out.
 
-Drawing only: the numbers were read, smoothed and binned by ``analyze``
-(:mod:`analysis.compute._figure_data`), so nothing here opens a file, and a report
-can be rendered again from an analysis whose sweep folder is gone.
-
-Why PNG and not SVG: a loss curve of 100k steps is 100k path vertices in SVG
-(megabytes, slow to open) but a few dozen kB as PNG.
-
-Matplotlib is used without pyplot (``matplotlib.figure.Figure`` renders with
-Agg on its own), so importing or running the analysis never changes the
-caller's backend or opens a window, and it works with no display.
-
-User-supplied names (layers, black-list classes) reach the figures only as
-text with ``$`` escaped, so a name cannot switch matplotlib into math mode.
+Drawing only: ``analyze`` read, smoothed and binned the numbers (:mod:`analysis.compute._figure_data`), so
+nothing here opens a file. PNG, not SVG: a loss curve of 100k steps is 100k SVG vertices but a few dozen kB
+of PNG. Matplotlib without pyplot and names escaped: :mod:`analysis.render._plot`.
 """
 
 from __future__ import annotations

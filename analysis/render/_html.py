@@ -1,19 +1,9 @@
 """``report/report.html``: the sections of :mod:`analysis.wording._text` as one self-contained page.
 
-Why one file: a report is mailed, attached to tickets and opened from object
-storage, where sibling image files get lost. Figures are PNG data URIs, the
-style sheet is inline, and there is no script at all. A Content-Security-Policy
-meta tag (``default-src 'none'``) makes the browser refuse any network fetch,
-so a stray external reference would show up as a console error in the test
-instead of silently leaking a request.
-
-Formatting only: the figures are drawn from the data ``analyze`` gathered
-(``KindAnalysis.figures``); nothing here reads the sweep folder, so a page can
-be rendered from an analysis whose folder is gone or remote.
-
-Everything that comes from the sweep (its name, workload, layer and
-black-list names, error messages) goes through :func:`html.escape`; text in
-backticks is shown as code after escaping, so it cannot inject markup either.
+A report is mailed and opened from object storage, where sibling files get lost: figures are PNG data
+URIs, the style is inline, there is no script, and a Content-Security-Policy (``default-src 'none'``)
+makes the browser refuse any fetch. Everything from the sweep goes through :func:`html.escape`, backticked
+text included. Formatting only: the figures are drawn from ``KindAnalysis.figures``, no file is read.
 """
 
 from __future__ import annotations

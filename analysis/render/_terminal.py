@@ -1,17 +1,8 @@
 """What ``ampsweep run`` and ``ampsweep report`` print: the answer first, then a table that fits.
 
-A person reads the first lines of a terminal and nothing below the fold, so
-the output opens with the recommendation's answer lines (the change, why,
-how sure: ``Recommendation.answer``) and the path of report.html, and only
-then shows the top of the ranking. The table has the few columns a choice
-needs, each cell short (the configuration's name from
-:class:`ampsweep.contracts.Configuration`, "FP32" for O0 rows; the honest words of
-:mod:`analysis.wording._labels`: "NaN at ~1,367" in place of a broken row's
-convergence figures, "clip out of band" rather than the whole rule); the long
-rules stay in the files. Every line fits the width it is rendered for: the terminal's when
-stdout is one, else :data:`PIPE_WIDTH` (a log, a pipe, tmux capture).
-
-Formatting only: the rows come from the analysis in hand, nothing is read.
+The answer lines (``Recommendation.answer``) and the path of report.html come first, then the top of the
+ranking in short cells (:mod:`analysis.wording._labels`); every line fits the terminal's width, else
+:data:`PIPE_WIDTH` (docs/ranking.md, "What a person sees first"). Formatting only: nothing is read.
 """
 
 from __future__ import annotations

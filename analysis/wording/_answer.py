@@ -1,26 +1,8 @@
 """The answer a person reads first: the change, why, and how sure, in one to three lines.
 
-A report that opens with a table makes its reader find the answer; the
-terminal, report.md and report.html all open with these lines instead. They
-are written once, here, from the recommendation and its evidence, into
-``Recommendation.answer``; every renderer only prints them (the terminal adds
-the link to report.html).
-
-1. the change to make, in the words a user types: "Use O2, keep ExpSoftmax in
-   FP32, clip 1.0";
-2. why: the localized Cell in a sentence that says what happened to it
-   (an overflow at its output, or inside it, e.g. the ``exp`` before a
-   division), and where;
-3. how sure: what was measured, in plain words: how many seeds it was stable
-   on, whether the runner-up is within seed noise of it (then either works),
-   and how many of the other configurations broke.
-
-When FP32 itself broke, no mixed-precision remedy and no "keep FP32" is the
-answer: the first line says that FP32 breaks, at which step and on how many
-seeds; then where (the Cell that went non-finite in float32), the next step
-(a clip in FP32 that held, the Cell, the learning rate, each with its
-evidence), and what mixed precision did when judged against FP32 only before
-it broke.
+Written once, here, into ``Recommendation.answer``; the terminal, report.md and report.html open with it
+(docs/ranking.md, "What a person sees first"). When FP32 itself broke, the first line says so and no line
+offers a mixed-precision remedy or "keep FP32" (docs/remedies.md, "When FP32 itself breaks").
 """
 
 from __future__ import annotations
@@ -29,7 +11,15 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, Configuration, black_list_value, clip_name, loss_scale_name, num
+from ampsweep.contracts import (
+    FP32_LEVEL,
+    LOSS_INSIDE,
+    Configuration,
+    black_list_value,
+    clip_name,
+    loss_scale_name,
+    num,
+)
 
 from .._model import (
     NEXT_SPEC_FILE,
@@ -63,7 +53,7 @@ def change_text(config: dict[str, Any], loss_placement_recorded: bool = False) -
     parts.append(clip_name(config.get("clip")))
     if str(config.get("loss_scale", "none")) not in ("none", ""):
         parts.append(loss_scale_name(config["loss_scale"]))
-    if loss_placement_recorded and config.get("loss_placement") == "inside":
+    if loss_placement_recorded and config.get("loss_placement") == LOSS_INSIDE:
         parts.append("loss inside the cast")
     return ", ".join(parts)
 

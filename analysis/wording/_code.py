@@ -1,36 +1,14 @@
-"""Turn a ranked configuration into the MindSpore code a user pastes.
+"""Turn a ranked configuration into the MindSpore code a user pastes: a hand-written ``train_step`` and
+``mindspore.train.Model`` (docs/reading-the-report.md, "The code").
 
-The report's point is "what to change in the training script", so the
-recommendation is rendered as code for the two ways people train with
-MindSpore: a hand-written ``train_step`` (functional ``value_and_grad``) and
-``mindspore.train.Model``. Only MindSpore's public APIs are used
-(``amp.auto_mixed_precision``, ``amp.get_black_list``, ``Cell.to_float``,
-``Cell.register_forward_hook``, ``amp.StaticLossScaler``/``DynamicLossScaler``,
-``amp.all_finite``, ``nn.TrainOneStepCell``); nothing here imports MindSpore, the text is
-generated from the Parquet values alone.
-
-Both snippets do what the sweep's trainer did, so the numbers in the report
-hold for them:
-
-* the cast is ``jobs.training._amp.apply_amp``'s: ``ampsweep.amp.keep_in_float32``,
-  imported or pasted (public MindSpore API only), or ``amp.auto_mixed_precision``
-  where nothing is listed, which computes the same bit for bit;
-* the cast matches the trials' ``loss_placement``: ``outside`` casts the
-  network alone, so the loss runs in float32 on its (float32) output, as
-  ``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do;
-  ``inside`` casts the network *together with its loss* (``nn.WithLossCell``),
-  so the loss computes in low precision unless its class is black-listed;
-* clipping is by global norm of the unscaled gradients, computed in float32;
-* with loss scaling, a step whose gradients are not finite is skipped, and a
-  dynamic scaler changes its scale every ``DYNAMIC_SCALE_WINDOW`` finite steps.
-
-For ``Model`` the network is cast *before* it is handed over and Model gets
-no ``amp_level`` (its default, O0, casts nothing): ``Model(...,
-amp_level="O2")`` would cast the whole network to float16 again, black-listed
-layers included, and add a ``DynamicLossScaleManager`` on Ascend/GPU that the
-sweep did not use (on CPU it refuses one: ``loss_scale_manager=None``); the
-snippet says so in a comment (:data:`MODEL_AMP_LEVEL_NOTE`). Clipping or loss
-scaling needs a ``TrainOneStepCell`` subclass, which Model then runs as is.
+Public MindSpore APIs only, written from the Parquet values (nothing here imports MindSpore), and both do
+what the sweep's trainer did, so the report's numbers hold for them: the cast is
+``jobs.training._amp.apply_amp``'s (``keep_in_float32``, or ``amp.auto_mixed_precision`` where nothing is
+listed: the same bit for bit) and follows the trials' ``loss_placement``; the clip is by the global norm of
+the unscaled gradients, in float32; with loss scaling a step whose gradients are not finite is skipped, and
+a dynamic scaler moves every ``DYNAMIC_SCALE_WINDOW`` finite steps. ``Model`` gets the network cast already
+and no ``amp_level`` (:data:`MODEL_AMP_LEVEL_NOTE` says why); clipping or loss scaling needs a
+``TrainOneStepCell`` subclass, which ``Model`` runs as it is.
 """
 
 from __future__ import annotations
@@ -41,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL, Configuration
+from ampsweep.contracts import DYNAMIC_SCALE_WINDOW, FP32_LEVEL, LOSS_INSIDE, LOSS_OUTSIDE, Configuration
 
 from .._model import Recommendation
 
@@ -167,8 +145,8 @@ def _config(row: Mapping[str, Any] | pd.Series) -> tuple[str, tuple[str, ...], f
 
 
 def _loss_placement(row: Mapping[str, Any] | pd.Series) -> str:
-    value = row.get("loss_placement", "inside") if hasattr(row, "get") else "inside"
-    return "outside" if value == "outside" else "inside"
+    """Where the configuration's loss ran; a row that does not say ran it inside, as old sweeps did."""
+    return LOSS_OUTSIDE if row.get("loss_placement", LOSS_INSIDE) == LOSS_OUTSIDE else LOSS_INSIDE
 
 
 def _literal(text: str) -> str:
@@ -221,7 +199,7 @@ def _cast_block(
 ) -> list[str]:
     if arguments:
         return [*arguments, *_cast_block(amp_level, black_list, dtype, placement)]
-    if placement == "outside":
+    if placement == LOSS_OUTSIDE:
         return [
             "# net, loss_fn, optimizer: yours. Cast the network alone, as the sweep did: its output comes",
             "# back in float32, so the loss runs in float32 on it (as in Model(net, loss_fn, opt)).",
@@ -314,7 +292,7 @@ def model_snippet(row: Mapping[str, Any] | pd.Series) -> str:
     placement = _loss_placement(row)
     cast = _cast_block(amp_level, black_list, dtype, placement, _arguments(row))
     lines = [*_preamble(amp_level, black_list, model=True), *_data_parallel(row)]
-    if scaler is None and clip is None and placement == "outside":
+    if scaler is None and clip is None and placement == LOSS_OUTSIDE:
         return "\n".join(
             [
                 *lines,

@@ -1,20 +1,8 @@
-"""Honest short words of a ranking row: what every renderer shows in a narrow space.
+"""The short words of a ranking row every output shows: what it is, its seeds, where it broke, why here.
 
-Why one module: the terminal, report.md, report.html, ranking.csv and
-recommendation.json must call a row by the same words, and two rules are easy
-to break one renderer at a time:
-
-* **O0 is FP32.** The row's name (``label``) comes from
-  :class:`ampsweep.contracts.Configuration`, computed with the ranking
-  (:mod:`analysis.compute._configs`): an O0 row is "FP32", never "default black
-  list".
-* **A broken configuration shows where it broke.** A configuration with a
-  diverged seed has finite losses only *before* its NaN, so its "final loss"
-  and "steps to target" read like a healthy run's. Such a row shows
-  "NaN at ~1,367" instead (:func:`broke_at`); the ranking blanked its
-  convergence figures already (:func:`analysis.compute._rank.hide_broken_scores`).
-
-Everything here reads ranking columns only (no file).
+Worded once (:func:`label_columns`) so the terminal, report.md, report.html, ranking.csv and
+recommendation.json call a row by the same words: an O0 row is "FP32", a broken row shows "NaN at ~1,367"
+in place of its convergence figures (docs/ranking.md, "What a person sees first"). Ranking columns only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """What the two loss placements say when both were run: is the overflow in the loss?
 
-``outside`` (the loss runs in float32 on the cast network's output, as
-``Model(net, loss_fn, opt)`` and a loop computing ``loss_fn(net(x), y)`` do)
-and ``inside`` (a cast ``WithLossCell``: the loss computes in low precision)
-differ only in where the loss runs. A configuration stable outside but not
-inside overflows in its loss: a user who trains the ``outside`` way never
-sees that failure, and black-listing the loss class changes nothing for them.
+A configuration stable ``outside`` but not ``inside`` overflows in its loss, which a user who trains the
+``outside`` way never sees (docs/spec.md, "Where the loss runs").
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ampsweep.contracts import FP32_LEVEL, Configuration
+from ampsweep.contracts import FP32_LEVEL, LOSS_INSIDE, LOSS_OUTSIDE, Configuration
 
 from ..compute._classes import TIER_UNSTABLE
 
@@ -30,7 +26,7 @@ def loss_class_notes(scores: pd.DataFrame) -> list[str]:
     """One sentence per class that ``outside`` makes pointless to black-list (the driver marked it)."""
     marked = scores[
         scores["equivalent_to"].notna()
-        & (scores["loss_placement"] == "outside")
+        & (scores["loss_placement"] == LOSS_OUTSIDE)
         & (scores["amp_level"] != FP32_LEVEL)
     ]
     if marked.empty:
@@ -57,12 +53,12 @@ def loss_placement_notes(ranking: pd.DataFrame, scores: pd.DataFrame | None = No
     rows = ranking[~ranking["baseline"]]
     by_key: dict[Configuration, dict[str, pd.Series]] = {}
     for _, row in rows.iterrows():  # paired by everything but where the loss runs
-        by_key.setdefault(replace(row["configuration"], loss_placement="outside"), {})[
+        by_key.setdefault(replace(row["configuration"], loss_placement=LOSS_OUTSIDE), {})[
             str(row["loss_placement"])
         ] = row
     notes = []
     for pair in by_key.values():
-        outside, inside = pair.get("outside"), pair.get("inside")
+        outside, inside = pair.get(LOSS_OUTSIDE), pair.get(LOSS_INSIDE)
         if outside is None or inside is None:
             continue
         if outside["tier"] < TIER_UNSTABLE and inside["tier"] == TIER_UNSTABLE:

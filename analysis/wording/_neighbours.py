@@ -1,12 +1,9 @@
 """The recommendation's neighbours in the grid, and the gaps they leave undecided.
 
-A ranked list alone does not say how much to trust its first line. The
-*neighbours* are the same configuration with the next smaller and the next
-larger clip threshold (clipping off counts as the largest), and without each
-black-listed class. A neighbour that diverges where the recommendation is
-stable is the reason for the choice; one that is just as good says that part
-of the choice is not needed. Where the neighbours on either side of a gap
-differ in class, the sweep could not decide where the boundary lies.
+The same configuration with the next smaller and larger clip threshold (off counts as the largest),
+without each black-listed class, and with another value of each swept argument. One that breaks where the
+recommendation holds is the reason for the choice; one just as good says that part is not needed; where
+the two sides of an untried gap differ, the sweep could not decide where the boundary lies.
 """
 
 from __future__ import annotations

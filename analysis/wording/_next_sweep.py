@@ -1,25 +1,10 @@
-"""Why a sweep has no answer, and the sweep to run next.
+"""Why a sweep has no answer, and the sweep to run next (docs/remedies.md, "A grid with no answer").
 
-When no mixed-precision configuration learns like FP32, "keep FP32" is where
-a user starts, not an answer: the evidence already says which remedy the grid
-lacked. When FP32 itself broke, that comes first (cause ``fp32``): the fix is to
-the FP32 run (a clip that held, the Cell that broke in float32, the learning
-rate), and the next sweep adds clip thresholds only when the grid never clipped,
-and lower learning rates where the workload's factory takes one.
-Otherwise three causes, checked in this order:
-
-* **underflow**: the mixed-precision trials are silent failures and float16
-  lost most of their gradient values (``underflow`` against FP32's own zeros).
-  No black list brings those values back; loss scaling does. The next sweep
-  adds ``loss_scale: [dynamic, static:2^k]``, 2^k from FP32's gradient norm.
-* **overflow**: a localization replay named a Cell (non-finite, or departing
-  from FP32). The next sweep keeps its class in FP32 on top of every black list.
-* **no learning**: neither; the next sweep is an adaptive search over the same
-  grid, with localization on, so the search names what breaks.
-
-The diagnosis is computed once here, from the trials' verdicts, their
-underflow and the localization (numbers in, a typed :class:`NextSweep` out);
-the renderers print its ``why`` and the report writer writes ``next_spec`` as
+Causes, in this order: ``fp32`` (FP32 itself broke: a clip that held, the Cell, the learning rate; clip
+thresholds only when the grid never clipped), ``underflow`` (most mixed-precision trials are silent and
+float16 lost most of their gradient values: loss scaling), ``overflow`` (a localized Cell: keep its class in
+FP32 on top of every black list) and ``no_learning`` (an adaptive search over the same grid, localization
+on). :func:`diagnose` returns a typed :class:`NextSweep`; the writer writes :func:`next_spec` as
 ``report/next-spec.yaml``.
 """
 

@@ -1,11 +1,7 @@
 """What could not be tried: configurations whose black list could not be applied to the network.
 
-Such a configuration (outcome ``not_applicable``, see
-``ampsweep.contracts.Outcome``) was never run as asked, so it is neither a
-failure nor a broken configuration, and it is never ranked
-(:func:`analysis.compute._configs.not_applicable`). Every output that lists
-the sweep's results names it here instead, with its one-line reason, so the
-user learns that the list must change rather than that mixed precision failed.
+Never run as asked, so neither a failure nor ranked: every output that lists the sweep's results names
+them here, with the one-line reason, so the user learns that the list must change.
 """
 
 from __future__ import annotations
