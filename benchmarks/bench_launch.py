@@ -64,7 +64,7 @@ def child(mode: str, tiny: bool) -> dict[str, Any]:
     dataclasses.replace(worker, launch_blocking=mode == "sync").configure_mindspore()
     from ampsweep.jobs import TrialConfig
     from ampsweep.jobs.localization._hooks import CellProbe
-    from ampsweep.jobs.localization._replay import _Replay
+    from ampsweep.jobs.localization._replay import Replay
     from ampsweep.jobs.training._step import GraphCache
     from ampsweep.jobs.training._trainer import run_trial
 
@@ -85,7 +85,7 @@ def child(mode: str, tiny: bool) -> dict[str, Any]:
 
     previous = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    replay = _Replay(healthy, WORKLOAD, steps)
+    replay = Replay(healthy, WORKLOAD, steps)
     batches = iter(list(replay.batches))
     times = 3 if tiny else 10
     replay.step(next(batches))

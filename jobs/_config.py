@@ -9,16 +9,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ampsweep.contracts import FP32_LEVEL, Configuration, workload_args_of
+from ampsweep.contracts import FP32_LEVEL, LOSS_INSIDE, LOSS_OUTSIDE, Configuration, workload_args_of
 
 #: what a user chooses (``Configuration``'s fields, but the device kind and the swept arguments)
 _CHOSEN_FIELDS = ("amp_level", "black_list", "clip", "loss_scale", "dtype", "loss_placement")
 #: the values that make the same trial, every field that can change a step metric (the loss placement:
 #: see :meth:`TrialConfig.canonical`)
 _IDENTITY_FIELDS = ("workload", "workload_args", "steps", "abort_after", "seed", *_CHOSEN_FIELDS[:-1])
-#: the only placement before the axis existed: out of the ids, so those sweeps keep their trial ids
-#: and resume as they were
-_PLACEMENT_BEFORE_THE_AXIS = "inside"
 
 
 def _short_hash(payload: dict[str, Any]) -> str:
@@ -44,7 +41,7 @@ class TrialConfig:
     layer_every: int = 50
     #: ``outside``: the network alone is cast and the loss runs in float32 on its
     #: output (``Model``, a hand-written loop); ``inside``: a cast ``WithLossCell``
-    loss_placement: str = "outside"
+    loss_placement: str = LOSS_OUTSIDE
     #: replay a trial that broke to name the Cell that did (costs seconds per broken trial)
     localize: bool = True
     #: the global step the trial starts at: 0 trains from the factory's initial state;
@@ -64,8 +61,8 @@ class TrialConfig:
     def of(
         cls, configuration: Configuration, seed: int, workload: str, steps: int, **settings: Any
     ) -> TrialConfig:
-        """``configuration`` trained on ``seed``, the other fields from ``settings`` (``abort_after`` 10 unless
-        given; ``workload_args``: every argument's value, fixed or swept, the swept ones those it names)."""
+        """``configuration`` trained on ``seed``, the other fields from ``settings`` (``abort_after`` 10
+        unless given; ``workload_args``: every argument's value, fixed or swept, the swept ones it names)."""
         return cls(
             workload=workload,
             steps=steps,
@@ -83,7 +80,8 @@ class TrialConfig:
     def canonical(self) -> dict[str, Any]:
         canonical = {key: getattr(self, key) for key in _IDENTITY_FIELDS}
         canonical["black_list"] = sorted(self.black_list)
-        if self.loss_placement != _PLACEMENT_BEFORE_THE_AXIS:
+        # the only placement before the axis existed: out of the id, so those sweeps resume as they were
+        if self.loss_placement != LOSS_INSIDE:
             canonical["loss_placement"] = self.loss_placement
         # a trial from step 0 keeps the id it had before trials could fork
         if self.start_step or self.start_from:
@@ -108,7 +106,7 @@ class TrialConfig:
         (clip, seed, a static scale's value) share one network and one compile."""
         graph = {"workload": self.workload, "workload_args": self.workload_args}
         graph.update(self.configuration.graph_fields())
-        if self.loss_placement == _PLACEMENT_BEFORE_THE_AXIS:
+        if self.loss_placement == LOSS_INSIDE:
             graph.pop("loss_placement", None)  # out of the hash, as in :meth:`canonical`
         return _short_hash(graph)
 

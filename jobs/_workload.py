@@ -211,7 +211,7 @@ def _old_package_message(old: str, source: str | None) -> str:
     return f"it uses the old name {old!r}; import from 'ampsweep' (e.g. 'from ampsweep import Workload')"
 
 
-def _module_name_for_file(path: Path) -> str:
+def module_name_for_file(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
     return f"ampsweep_workload_{path.stem}_{digest}"
 
@@ -220,7 +220,7 @@ def _load_module_from_file(path: Path) -> Any:
     # mindspore.jit and amp's O1 rewrite read a Cell's source through
     # sys.modules, so the module must be registered before any class in it is
     # compiled; a stable name keeps a second load from creating a second module.
-    name = _module_name_for_file(path)
+    name = module_name_for_file(path)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)

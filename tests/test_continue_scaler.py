@@ -62,13 +62,13 @@ def test_a_continuation_goes_on_with_the_scale_and_counter_its_trial_ended_with(
 
 
 def test_only_a_dynamic_scaler_continues_and_a_replay_starts_where_the_trial_did() -> None:
-    from ampsweep.jobs.localization._replay import _Replay
+    from ampsweep.jobs.localization._replay import Replay
 
     trial = run_trial(_dynamic(FIRST, save_snapshot=True), TINY)
     start = read_checkpoint(trial.snapshot)
     ended_with = float(start[SCALER_PREFIX + "scale_value"].asnumpy())
     config = _dynamic(AFTER, start_step=FIRST, start_from=snapshot_id(trial.snapshot))
-    replay = _Replay(config, TINY, AFTER, start)
+    replay = Replay(config, TINY, AFTER, start)
     try:
         assert float(replay.scaler.scale_value.asnumpy()) == ended_with
     finally:

@@ -27,7 +27,7 @@ def _losses(result) -> dict[int, float]:
     return dict(zip(table["step"], table["loss"]))
 
 
-def _fp32(steps: int, **changes) -> TrialConfig:
+def fp32_of(steps: int, **changes) -> TrialConfig:
     return dataclasses.replace(
         trial_config(workload=TINY_REF, steps=steps, amp_level="O0", black_list=(), clip=None), **changes
     )
@@ -35,11 +35,11 @@ def _fp32(steps: int, **changes) -> TrialConfig:
 
 def test_a_forked_trial_continues_the_from_zero_run_at_global_steps():
     """FP32 for 30 steps, snapshot, 20 more: the same losses as 50 steps from zero (FACTS: bit for bit)."""
-    whole = run_trial(_fp32(50), TINY_REF)
-    prefix = run_trial(_fp32(30, save_snapshot=True), TINY_REF)
+    whole = run_trial(fp32_of(50), TINY_REF)
+    prefix = run_trial(fp32_of(30, save_snapshot=True), TINY_REF)
     assert prefix.snapshot, "an FP32 prefix hands back its state"
     start = read_checkpoint(prefix.snapshot)
-    forked = run_trial(_fp32(20, start_step=30, start_from="snap-test"), TINY_REF, start=start)
+    forked = run_trial(fp32_of(20, start_step=30, start_from="snap-test"), TINY_REF, start=start)
     assert forked.outcome == "completed", forked.error
     got, want = _losses(forked), _losses(whole)
     assert sorted(got) == list(range(30, 50)), "steps are global: the first forked step is 30"
@@ -50,18 +50,18 @@ def test_a_forked_trial_continues_the_from_zero_run_at_global_steps():
 
 def test_trials_forked_in_one_process_all_start_from_the_snapshot():
     """A worker keeps the snapshot it read for its next trial: training must not write into it."""
-    prefix = run_trial(_fp32(30, save_snapshot=True), TINY_REF)
+    prefix = run_trial(fp32_of(30, save_snapshot=True), TINY_REF)
     snapshots = Snapshots()  # the worker's: each trial gets the decoded parameters as an argument
     start = snapshots.read("snap-shared", prefix.snapshot)
-    first = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
+    first = run_trial(fp32_of(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
     start = snapshots.read("snap-shared", prefix.snapshot)
     assert start is snapshots.read("snap-shared", b"not read again")
-    again = run_trial(_fp32(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
+    again = run_trial(fp32_of(20, start_step=30, start_from="snap-shared", clip=0.5), TINY_REF, start=start)
     assert _losses(first) == _losses(again)
 
 
 def test_the_start_is_part_of_the_trial_id_and_nothing_changes_without_it():
-    plain = _fp32(20)
+    plain = fp32_of(20)
     assert dataclasses.replace(plain, start_step=0, start_from=None).trial_id == plain.trial_id
     forked = dataclasses.replace(plain, start_step=30, start_from="prefix-aaa")
     other = dataclasses.replace(plain, start_step=30, start_from="prefix-bbb")

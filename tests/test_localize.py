@@ -194,7 +194,7 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
     # updating the old tensors, so every replayed step after a fast-forward was off
     import numpy as np
 
-    from ampsweep.jobs.localization._replay import _ensure_pynative, _Replay, _restore_mode
+    from ampsweep.jobs.localization._replay import Replay, ensure_pynative, restore_mode
     from ampsweep.jobs.training._step import GraphCache
     from ampsweep.jobs.training._trainer import run_trial
 
@@ -202,9 +202,9 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
     graphs = GraphCache()
     run_trial(config, MLP, None, graphs)
     compiled = graphs.compiled_for(config, MLP)
-    mode = _ensure_pynative()
+    mode = ensure_pynative()
     try:
-        handed, plain = _Replay(config, MLP, 30), _Replay(config, MLP, 30)
+        handed, plain = Replay(config, MLP, 30), Replay(config, MLP, 30)
         handed.step(next(handed.batches))
         handed.on_graph(compiled, 5)
         for _ in range(6):
@@ -213,7 +213,7 @@ def test_pynative_steps_after_the_trials_own_graph_train_as_pynative_steps_from_
             replay.step(next(replay.batches))
         weights = [[p.asnumpy() for p in r.network.trainable_params()] for r in (handed, plain)]
     finally:
-        _restore_mode(mode)
+        restore_mode(mode)
     assert all(np.array_equal(a, b) for a, b in zip(*weights))
 
 
@@ -272,13 +272,13 @@ def test_a_worker_without_the_fp32_graph_compiles_it_once_for_its_twins_and_find
 
     import ampsweep.jobs.localization._fp32_twin as twin
     from ampsweep.jobs.localization._diagnose import diagnose
-    from ampsweep.jobs.localization._replay import _fp32
+    from ampsweep.jobs.localization._replay import fp32_of
     from ampsweep.jobs.training._step import LEAN, GraphCache
     from ampsweep.jobs.training._trainer import run_trial
 
     monkeypatch.setattr(twin, "JIT_PREFIX_MIN_STEPS", 5)
     config = _config(MLP, steps=60, abort_after=10, loss_placement="inside")
-    fp32 = _fp32(config)
+    fp32 = fp32_of(config)
     lazy = GraphCache()
     result = run_trial(config, MLP, None, lazy)
     assert result.outcome == "diverged" and lazy.held(fp32, MLP) is None

@@ -20,7 +20,7 @@ from ..training._data_parallel import RankGroup
 from ..training._step import CompiledStep
 from ..training._trainer import trial_workload
 from ._hooks import CellProbe, Event
-from ._replay import JIT_PREFIX_MIN_STEPS, _Finding, _fp32, _Replay, _skip_ahead
+from ._replay import JIT_PREFIX_MIN_STEPS, CellFinding, Replay, fp32_of, skip_ahead
 
 if TYPE_CHECKING:
     from ..training._step import GraphCache
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def fp32_twin(
     config: TrialConfig,
     workload_ref: str,
-    finding: _Finding,
+    finding: CellFinding,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
 ) -> CellProbe | None:
@@ -45,25 +45,25 @@ def fp32_twin(
     examined, and float32 rounding differences between jit and PyNative do not
     matter for a magnitude). The step itself runs in PyNative with hooks.
     """
-    fp32 = _fp32(config)
+    fp32 = fp32_of(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
     if compiled is None and graphs is not None and finding.step >= JIT_PREFIX_MIN_STEPS:
         compiled = graph_for(fp32, workload_ref, graphs, start)
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
-        replay, early = _skip_ahead(
+        replay, early = skip_ahead(
             fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs, start
         )
         if early is not None:
             replay.close()
             return None  # FP32 itself went non-finite before that step
     else:
-        replay = _Replay(fp32, workload_ref, finding.step + 1, start)
+        replay = Replay(fp32, workload_ref, finding.step + 1, start)
         for _ in range(finding.step):
             replay.step(next(replay.batches))
     return hooked_twin_step(replay, next(replay.batches), finding)
 
 
-def hooked_twin_step(replay: _Replay, batch: tuple[Any, ...], finding: _Finding) -> CellProbe:
+def hooked_twin_step(replay: Replay, batch: tuple[Any, ...], finding: CellFinding) -> CellProbe:
     """What every Cell of the FP32 ``replay`` did on ``batch``: the forward pass first, alone (often all the
     comparison needs), then forward and backward (no update) when the finding's gradient needs a twin."""
     event = finding.event
@@ -113,7 +113,7 @@ def _forward_blew_up(policy: Event | None, fp32: Event | None) -> bool:
     return policy.stats.max_abs > FORWARD_BLOWUP * fp32.stats.max_abs
 
 
-def blame_upstream(finding: _Finding, fp32: CellProbe | None) -> None:
+def blame_upstream(finding: CellFinding, fp32: CellProbe | None) -> None:
     """Move a forward finding to the Cell upstream that went wrong first, when its inputs say so.
 
     The first Cell whose output is non-finite is where an overflow *shows*,
@@ -148,7 +148,7 @@ def blame_upstream(finding: _Finding, fp32: CellProbe | None) -> None:
             return
 
 
-def compare_with_fp32(finding: _Finding, policy_forward: Event | None, fp32: CellProbe | None) -> None:
+def compare_with_fp32(finding: CellFinding, policy_forward: Event | None, fp32: CellProbe | None) -> None:
     """Fill ``fp32_max_abs`` and add the magnitudes a user needs to see why to the note."""
     event = finding.event
     if fp32 is None:

@@ -58,14 +58,14 @@ from ._hooks import CellProbe, Event
 from ._inside import replay_inside
 from ._replay import (
     JIT_PREFIX_MIN_STEPS,
-    _copy_weights,
-    _ensure_pynative,
-    _Finding,
-    _fp32,
-    _parameter_owner,
-    _Replay,
-    _restore_mode,
-    _skip_ahead,
+    CellFinding,
+    Replay,
+    copy_weights,
+    ensure_pynative,
+    fp32_of,
+    parameter_owner,
+    restore_mode,
+    skip_ahead,
 )
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ UNTIL_MARGIN = 10
 UNTIL_LEAD = 0
 
 
-def _row(kind: str, finding: _Finding, zero_fraction: float | None) -> dict[str, Any]:
+def _row(kind: str, finding: CellFinding, zero_fraction: float | None) -> dict[str, Any]:
     event = finding.event
     return {
         "kind": kind,
@@ -142,8 +142,8 @@ def _backward_culprit(probe: CellProbe, bad_params: list[str]) -> tuple[Event, l
         return event, note
     if not bad_params:
         return None
-    param = max(bad_params, key=lambda n: probe.order.get(_parameter_owner(n, probe), -1))
-    owner = _parameter_owner(param, probe)
+    param = max(bad_params, key=lambda n: probe.order.get(parameter_owner(n, probe), -1))
+    owner = parameter_owner(param, probe)
     forward = probe.find(owner, "forward", 0)
     if forward is None:
         return None
@@ -159,18 +159,18 @@ def _nonfinite(
     until_step: int | None,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
-) -> _Finding | None:
+) -> CellFinding | None:
     """Replay under the trial's policy to the first non-finite step; see the module docstring."""
     prefix = 0 if until_step is None else max(0, min(until_step - UNTIL_LEAD, limit))
     compiled = graphs.compiled_for(config, workload_ref) if graphs is not None else None
     if compiled is None and prefix < JIT_PREFIX_MIN_STEPS:  # compiling costs more than it saves
         prefix = 0
-    replay, early = _skip_ahead(config, workload_ref, limit, prefix, compiled, graphs, start)
+    replay, early = skip_ahead(config, workload_ref, limit, prefix, compiled, graphs, start)
     if early is not None:  # the prefix diverged earlier than the trial did: look at every step
-        replay = _Replay(config, workload_ref, limit, start)
+        replay = Replay(config, workload_ref, limit, start)
         prefix = 0
     probe = replay.attach(CellProbe(backward=True))
-    look = _Look(replay.dynamic)
+    look = Look(replay.dynamic)
     try:
         for index, batch in enumerate(replay.batches, start=prefix):
             probe.start()
@@ -187,7 +187,7 @@ def _nonfinite(
     return finding
 
 
-class _Look:
+class Look:
     """What the hooks of one replayed step show, step after step, until a culprit is found.
 
     The forward pass runs first, so a forward culprit wins over a backward one
@@ -198,8 +198,8 @@ class _Look:
 
     def __init__(self, dynamic: bool) -> None:
         self.dynamic = dynamic
-        self.finding: _Finding | None = None
-        self.fallback: _Finding | None = None
+        self.finding: CellFinding | None = None
+        self.fallback: CellFinding | None = None
         self.skipped = 0
 
     def at(self, probe: CellProbe, index: int, finite: bool, bad_params: list[str]) -> bool:
@@ -208,14 +208,14 @@ class _Look:
         if forward is not None:
             # finite inputs, non-finite output: replay the Cell alone to see which op overflowed
             inside = replay_inside(forward)
-            self.finding = _Finding(
+            self.finding = CellFinding(
                 forward, index, [], inside=inside, step_forward=tuple(probe.forward_events())
             )
             return True
         backward = _backward_culprit(probe, [] if finite else bad_params)
         if backward is None:
             return False
-        candidate = _Finding(backward[0], index, backward[1])
+        candidate = CellFinding(backward[0], index, backward[1])
         candidate.forward = probe.find(backward[0].name, "forward", backward[0].forward_call)
         if not self.dynamic:
             self.finding = candidate
@@ -224,7 +224,7 @@ class _Look:
         self.skipped += 1
         return False
 
-    def settled(self) -> _Finding | None:
+    def settled(self) -> CellFinding | None:
         """The culprit, or the backward-only fallback, with what the skipped steps say in its note."""
         finding = self.finding
         if finding is None and self.fallback is not None:
@@ -242,7 +242,7 @@ class _Look:
 
 
 def finding_order(step: int, phase: str | None, rank: int | None, dynamic: bool) -> tuple[int, int, int, int]:
-    """Where a finding stands in the order one device looks (``_Look``), ranks last: the key that merges a
+    """Where a finding stands in the order one device looks (``Look``), ranks last: the key that merges a
     gang's findings (``merge_ranks``, Watch's ``first_of_ranks``) into the one a single device gives.
 
     A device looks step by step, forward before backward; under a dynamic loss scaler a backward-only
@@ -263,7 +263,7 @@ def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
 
 def _departure(
     config: TrialConfig, workload_ref: str, limit: int, start: Mapping[str, Any] | None
-) -> tuple[_Finding, float] | None:
+) -> tuple[CellFinding, float] | None:
     """Train the policy, compare with an FP32 twin at the same weights at each check step.
 
     ``replay_step`` of the finding is the check step: the comparison runs on
@@ -272,8 +272,8 @@ def _departure(
     checks = [s for s in DEPARTURE_CHECKS if s < limit]
     if not checks:
         return None
-    policy = _Replay(config, workload_ref, limit, start)
-    fp32 = _Replay(_fp32(config), workload_ref, 0, start)
+    policy = Replay(config, workload_ref, limit, start)
+    fp32 = Replay(fp32_of(config), workload_ref, 0, start)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
     try:
@@ -294,11 +294,11 @@ def _departure(
 
 
 def compare_at(
-    index: int, batch: tuple[Any, ...], policy: tuple[_Replay, CellProbe], fp32: tuple[_Replay, CellProbe]
-) -> tuple[_Finding, float] | None:
+    index: int, batch: tuple[Any, ...], policy: tuple[Replay, CellProbe], fp32: tuple[Replay, CellProbe]
+) -> tuple[CellFinding, float] | None:
     """Step ``index``'s forward pass by the policy and by its FP32 twin at the policy's weights: the
     first Cell that departs, or None."""
-    _copy_weights(policy[0].network, fp32[0].network)
+    copy_weights(policy[0].network, fp32[0].network)
     for replay, probe in (policy, fp32):
         probe.start()
         replay.forward_only(batch)
@@ -306,7 +306,7 @@ def compare_at(
     return _first_departure(policy[1], fp32[1], index)
 
 
-def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[_Finding, float] | None:
+def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[CellFinding, float] | None:
     for event in policy.forward_events():
         twin = fp32.find(event.name, "forward", event.call)
         if twin is None or event.array is None or twin.array is None:
@@ -324,7 +324,7 @@ def _first_departure(policy: CellProbe, fp32: CellProbe, step: int) -> tuple[_Fi
                     f"{twin.stats.zero_fraction:.0%}"
                 )
             note = [f"first Cell in forward order whose output departs from FP32 at the same weights: {why}"]
-            finding = _Finding(event, step, note, rel_error=rel, fp32_max_abs=twin.stats.max_abs)
+            finding = CellFinding(event, step, note, rel_error=rel, fp32_max_abs=twin.stats.max_abs)
             return finding, event.stats.zero_fraction
     return None
 
@@ -357,7 +357,7 @@ def localize(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     started = time.perf_counter()
-    previous = _ensure_pynative()
+    previous = ensure_pynative()
     try:
         if mode == "departure":
             found = _departure(config, workload_ref, departure_limit(config), start)
@@ -370,7 +370,7 @@ def localize(
         replayed = "the PyNative replay; the jitted run may go non-finite a few steps apart (fusion changes rounding)"
         return finished(mode, judged(config, finding, twin, replayed), device_target, started)
     finally:
-        _restore_mode(previous)
+        restore_mode(previous)
 
 
 def departure_limit(config: TrialConfig) -> int:
@@ -384,8 +384,8 @@ def nonfinite_limit(config: TrialConfig, until_step: int | None) -> int:
 
 
 def judged(
-    config: TrialConfig, finding: _Finding | None, twin: CellProbe | None, replayed: str
-) -> tuple[_Finding, float] | None:
+    config: TrialConfig, finding: CellFinding | None, twin: CellProbe | None, replayed: str
+) -> tuple[CellFinding, float] | None:
     """A non-finite finding measured against its FP32 twin (none for an FP32 trial: it is FP32), with
     its zero fraction. ``replayed`` says whose step ``replay_step`` is."""
     if finding is None:
@@ -400,7 +400,9 @@ def judged(
     return finding, finding.event.stats.zero_fraction
 
 
-def finished(mode: str, found: tuple[_Finding, float] | None, device_target: str, started: float) -> pa.Table:
+def finished(
+    mode: str, found: tuple[CellFinding, float] | None, device_target: str, started: float
+) -> pa.Table:
     """The anomalies table of one localization: its finding's row, or none."""
     if found is None:
         return _table([])

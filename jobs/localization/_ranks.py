@@ -3,7 +3,7 @@
 In data parallel each rank's forward and backward run on its own rows; the
 only collective is the gradient reduction, after the backward, and the
 parameters at a step are the same on every rank. So each rank hooks its own
-forward and backward at the broken step (``_Replay.look``: up to the
+forward and backward at the broken step (``Replay.look``: up to the
 reduction, no collective under the hooks), from the trial's own start. A
 failure that starts in rank 1's rows is invisible to rank 0's forward: the
 averaged gradients are non-finite on every rank, but only rank 1's part
@@ -40,14 +40,14 @@ from ._fp32_twin import graph_for, hooked_twin_step
 from ._hooks import CellProbe
 from ._localize import (
     DEPARTURE_CHECKS,
-    _Look,
+    Look,
     compare_at,
     departure_limit,
     finished,
     judged,
     nonfinite_limit,
 )
-from ._replay import _ensure_pynative, _Finding, _fp32, _Replay, _restore_mode
+from ._replay import CellFinding, Replay, ensure_pynative, fp32_of, restore_mode
 
 if TYPE_CHECKING:
     from ..training._step import CompiledStep, GraphCache
@@ -88,7 +88,7 @@ def on_ranks(
     """
     device_target, until_step = where
     started = time.perf_counter()
-    previous = _ensure_pynative()
+    previous = ensure_pynative()
     try:
         compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
         if mode == "departure":
@@ -101,16 +101,16 @@ def on_ranks(
             twin = _fp32_twin(config, workload_ref, finding, last, graphs, start, group)
         return finished(mode, judged(config, finding, twin, ON_RANKS), device_target, started)
     finally:
-        _restore_mode(previous)
+        restore_mode(previous)
 
 
-def _starting(replay: _Replay, compiled: CompiledStep, graphs: GraphCache | None, workload_ref: str) -> None:
+def _starting(replay: Replay, compiled: CompiledStep, graphs: GraphCache | None, workload_ref: str) -> None:
     """Load the trial's starting values into its graph: as the worker keeps them, else freshly built."""
     known = graphs.starts.get(start_key(replay.config, workload_ref)) if graphs is not None else None
     replay.load_start(compiled, known.state if known is not None else None)
 
 
-def _went_on(replay: _Replay, compiled: CompiledStep, batch: tuple[Any, ...]) -> bool:
+def _went_on(replay: Replay, compiled: CompiledStep, batch: tuple[Any, ...]) -> bool:
     """One compiled step (the update, with the ranks' reduction) on ``batch``; False where it broke (the
     reduced loss or gradients, so the same answer on every rank)."""
     loss, _, finite, _ = compiled(compiled.clip_tensor(replay.config.clip), batch).asnumpy()
@@ -126,7 +126,7 @@ def _nonfinite(
     graphs: GraphCache | None,
     start: Mapping[str, Any] | None,
     group: RankGroup,
-) -> tuple[_Finding | None, int]:
+) -> tuple[CellFinding | None, int]:
     """This rank's culprit from the trial's first broken step on, and the last step looked at (the same
     on every rank; -1: none)."""
     first = 0 if until_step is None else max(0, min(until_step, limit))
@@ -143,7 +143,7 @@ def _nonfinite(
         replay.steps_on(compiled, early)
         first = early
     probe = replay.attach(CellProbe(backward=True))
-    look = _Look(replay.dynamic)
+    look = Look(replay.dynamic)
     last = -1
 
     def looked_at(index: int) -> tuple[Any, ...] | None:
@@ -180,14 +180,14 @@ def _started(
     compiled: CompiledStep,
     graphs: GraphCache | None,
     group: RankGroup,
-) -> _Replay:
-    replay = _Replay(config, workload_ref, steps, start, group)
+) -> Replay:
+    replay = Replay(config, workload_ref, steps, start, group)
     _starting(replay, compiled, graphs, workload_ref)
     return replay
 
 
 def _restarted(
-    replay: _Replay,
+    replay: Replay,
     config: TrialConfig,
     workload_ref: str,
     steps: int,
@@ -202,7 +202,7 @@ def _restarted(
 def _fp32_twin(
     config: TrialConfig,
     workload_ref: str,
-    finding: _Finding | None,
+    finding: CellFinding | None,
     last: int,
     graphs: GraphCache | None,
     start: Mapping[str, Any] | None,
@@ -210,7 +210,7 @@ def _fp32_twin(
 ) -> CellProbe | None:
     """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
     part hooked at its finding's step. None: no finding here, or FP32 broke first."""
-    fp32 = _fp32(config)
+    fp32 = fp32_of(config)
     compiled = together(group, step=-1, work=lambda: _graph(fp32, workload_ref, graphs, start, group))
     at = last if finding is None else finding.step
     replay = together(
@@ -242,7 +242,7 @@ def _departure(
     graphs: GraphCache | None,
     start: Mapping[str, Any] | None,
     group: RankGroup,
-) -> tuple[_Finding, float] | None:
+) -> tuple[CellFinding, float] | None:
     """``_departure`` on a gang: the policy trains on its compiled graph (the ranks' reduction included)
     and, at each check step, this rank's part runs forward by the policy and by its FP32 twin."""
     limit = departure_limit(config)
@@ -250,16 +250,16 @@ def _departure(
     if not checks:
         return None
 
-    def replays() -> tuple[_Replay, _Replay]:
+    def replays() -> tuple[Replay, Replay]:
         return (
             _started(config, workload_ref, limit, start, compiled, graphs, group),
-            _Replay(_fp32(config), workload_ref, 0, start, group),
+            Replay(fp32_of(config), workload_ref, 0, start, group),
         )
 
     policy, fp32 = together(group, step=-1, work=replays)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
-    found: tuple[_Finding, float] | None = None
+    found: tuple[CellFinding, float] | None = None
 
     def compared(index: int) -> tuple[Any, ...] | None:
         nonlocal found

@@ -36,7 +36,7 @@ JIT_PREFIX_MIN_STEPS = 30
 
 
 @dataclass
-class _Finding:
+class CellFinding:
     event: Event
     step: int
     note: list[str]
@@ -49,7 +49,7 @@ class _Finding:
     step_forward: tuple[Event, ...] = ()
 
 
-class _Replay:
+class Replay:
     """One trial rebuilt for PyNative: network, optimizer, scaler, batches and probe.
 
     Built exactly as ``run_trial`` builds a trial (seed, then the factory, then
@@ -117,7 +117,7 @@ class _Replay:
         Only the trial's own parts are new (workload, batches, clip). The
         network, optimizer and scaler stay, with whatever state they hold:
         ``fast_forward`` overwrites all of it, so a restarted replay is only
-        ever used after one (``_skip_ahead``). Keeping the optimizer keeps its
+        ever used after one (``skip_ahead``). Keeping the optimizer keeps its
         compiled ``construct`` (MindSpore's optimizers are ``jit`` functions
         even in PyNative, compiled per instance): about 0.1 s of each
         diagnosis on one CPU core, and the network's build and cast.
@@ -299,17 +299,17 @@ class _Replay:
             self.probe.detach()
 
 
-def _fp32(config: TrialConfig) -> TrialConfig:
+def fp32_of(config: TrialConfig) -> TrialConfig:
     return dataclasses.replace(config, amp_level=FP32_LEVEL, black_list=())
 
 
-def _parameter_owner(param_name: str, probe: CellProbe) -> str:
+def parameter_owner(param_name: str, probe: CellProbe) -> str:
     """The Cell that owns a parameter, e.g. ``fc1.weight`` -> ``fc1``."""
     owner = param_name.rsplit(".", 1)[0] if "." in param_name else "network"
     return owner if owner in probe.order else param_name
 
 
-def _ensure_pynative() -> Any:
+def ensure_pynative() -> Any:
     import mindspore as ms
 
     mode = ms.get_context("mode")
@@ -318,7 +318,7 @@ def _ensure_pynative() -> Any:
     return mode
 
 
-def _restore_mode(mode: Any) -> None:
+def restore_mode(mode: Any) -> None:
     import mindspore as ms
 
     if ms.get_context("mode") != mode:
@@ -332,12 +332,12 @@ REPLAYS_KEPT = 2
 
 def _kept_replay(
     config: TrialConfig, workload_ref: str, limit: int, graphs: GraphCache, start: Mapping[str, Any] | None
-) -> _Replay:
+) -> Replay:
     """The worker's replay of this trial's graph, restarted for this trial, or a new one it keeps."""
     key = (workload_ref, config.graph_id)
     replay = graphs.replays.pop(key, None)
     if replay is None:
-        replay = _Replay(config, workload_ref, limit, start)
+        replay = Replay(config, workload_ref, limit, start)
     else:
         replay.restart(config, workload_ref, limit, start)
     graphs.replays[key] = replay  # the most recently used last
@@ -346,7 +346,7 @@ def _kept_replay(
     return replay
 
 
-def _skip_ahead(
+def skip_ahead(
     config: TrialConfig,
     workload_ref: str,
     limit: int,
@@ -354,7 +354,7 @@ def _skip_ahead(
     compiled: CompiledStep | None,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
-) -> tuple[_Replay, int | None]:
+) -> tuple[Replay, int | None]:
     """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
 
     On the worker's own compiled graph of the trial when there is one (no
@@ -365,7 +365,7 @@ def _skip_ahead(
     if compiled is not None and steps > 0 and graphs is not None:
         replay = _kept_replay(config, workload_ref, limit, graphs, start)
     else:
-        replay = _Replay(config, workload_ref, limit, start)
+        replay = Replay(config, workload_ref, limit, start)
     if compiled is not None:
         known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
         try:
@@ -373,11 +373,11 @@ def _skip_ahead(
         except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
             if graphs is not None:
                 graphs.replays.pop((workload_ref, config.graph_id), None)
-            replay = _Replay(config, workload_ref, limit, start)
+            replay = Replay(config, workload_ref, limit, start)
     return replay, replay.jit_prefix(steps)
 
 
-def _copy_weights(source: Any, target: Any) -> None:
+def copy_weights(source: Any, target: Any) -> None:
     """Give the FP32 twin the policy network's current weights (PyNative: ``set_data`` is enough)."""
     import mindspore as ms
 

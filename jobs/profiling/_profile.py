@@ -33,7 +33,7 @@ import numpy as np
 from ampsweep.contracts import FLOAT16_MAX, static_scale_for
 
 from .._config import TrialConfig
-from ..localization._replay import _ensure_pynative, _Replay, _restore_mode
+from ..localization._replay import Replay, ensure_pynative, restore_mode
 from ..training._snapshot import read_checkpoint, snapshot_id
 from ._profile_hooks import CellProfile, Recorder, Watched
 
@@ -166,10 +166,10 @@ def _profile(
 
     ``start``: the checkpoint's parameters, when the profile starts from one.
     """
-    mode = _ensure_pynative()
+    mode = ensure_pynative()
     recorder = Recorder()
     try:
-        replay = _Replay(config, workload_ref, prefix_steps + steps, start)
+        replay = Replay(config, workload_ref, prefix_steps + steps, start)
         between = replay.jit_prefix if compiled is None else functools.partial(replay.on_graph, compiled)
         first = config.start_step
         bad = between(prefix_steps)
@@ -202,7 +202,7 @@ def _profile(
                 nonfinite = first + index
     finally:
         recorder.detach()
-        _restore_mode(mode)
+        restore_mode(mode)
     horizon = first + EXTRAPOLATE_FACTOR * steps
     cells = list(recorder.cells.values())
     for cell in cells:

@@ -445,7 +445,7 @@ def _factory_from_main(workload: str) -> None:
     ``sys.modules`` first, so the running ``__main__`` is registered there under
     the name it would get.
     """
-    from .._workload import _module_name_for_file, split_reference
+    from .._workload import module_name_for_file, split_reference
 
     module_part, _ = split_reference(workload)
     main = sys.modules.get("__main__")
@@ -454,7 +454,7 @@ def _factory_from_main(workload: str) -> None:
         return
     path = Path(module_part)
     if Path(main_file).resolve() == path.resolve():
-        sys.modules.setdefault(_module_name_for_file(path), main)
+        sys.modules.setdefault(module_name_for_file(path), main)
 
 
 def _host_values(losses: list[Any]) -> np.ndarray:

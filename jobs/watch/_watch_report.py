@@ -216,9 +216,9 @@ def _first_nonfinite_compiled(
     config: TrialConfig, workload: str, steps: int, params: dict[str, Any] | None
 ) -> int | None:
     """The first step (counted from the start) at which a compiled replay's loss or gradients broke."""
-    from ..localization._replay import _Replay
+    from ..localization._replay import Replay
 
-    replay = _Replay(config, workload, steps, params)
+    replay = Replay(config, workload, steps, params)
     try:
         return replay.jit_prefix(steps)
     finally:
