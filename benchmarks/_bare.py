@@ -29,23 +29,13 @@ BLOCK = 25
 
 
 def _config(graph: dict[str, Any]) -> Any:
+    """The graph's trial on seed 0, unclipped: a configuration, and the spec's fixed ``workload_args``."""
+    from ampsweep.contracts import Configuration
     from ampsweep.jobs import TrialConfig
 
-    placement = graph.get("loss_placement")
-    extra = {"loss_placement": placement} if isinstance(placement, str) else {}
-    return TrialConfig(
-        **extra,
-        workload=graph["workload"],
-        steps=graph["steps"],
-        abort_after=10**6,
-        amp_level=graph["amp_level"],
-        black_list=tuple(graph["black_list"]),
-        clip=None,
-        loss_scale=graph["loss_scale"],
-        dtype=graph["dtype"],
-        seed=0,
-        workload_args=graph.get("workload_args") or {},
-    )
+    chosen = Configuration.from_row({**graph, "workload_args": ()})
+    args = graph.get("workload_args") or {}
+    return TrialConfig.of(chosen, 0, graph["workload"], graph["steps"], abort_after=10**6, workload_args=args)
 
 
 def time_graph(graph: dict[str, Any], reference: str) -> dict[str, float]:

@@ -48,7 +48,7 @@ from typing import Any
 
 from ._common import ROOT, child_env, recommended_config, run_cli, timed, verdict
 from ._machine import machine_rows, now_utc
-from .bench_vs_tune import _ray_version
+from .bench_vs_tune import ray_version
 
 NAME = "bench_late"
 HERE = Path(__file__).resolve().parent
@@ -547,7 +547,7 @@ def _section(
         f"non-finite steps, {WORKERS} workers. **From step 0**: `steps: {steps}`, `ampsweep run SPEC --out TMP "
         f"--workers {WORKERS} --no-progress` as a child process. **Forked**: the same with `start_from: "
         f"{{steps: {fork}}}` and `steps: {steps - fork}` (one FP32 prefix per seed, then every trial trains "
-        f"steps {fork:,} to {steps - 1:,}). **Ray Tune** {_ray_version()}: `Tuner(trainable, "
+        f"steps {fork:,} to {steps - 1:,}). **Ray Tune** {ray_version()}: `Tuner(trainable, "
         f"param_space=grid_search…, TuneConfig(max_concurrent_trials={WORKERS}), RunConfig(storage_path=TMP, "
         f"verbose=0))` over {tune_trials} trials of {steps} steps from step 0 in a child process, "
         "`bench_vs_tune`'s function trainable (plain MindSpore, the same casting, clipping and abort rule, "

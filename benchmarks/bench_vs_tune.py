@@ -408,7 +408,7 @@ def _section(
         f"{size['steps']} steps of `benchmarks/mlp_workload.py` (an MLP 16→64→64→10 whose hand-written "
         "cross entropy overflows float16), loss scaling off, float16, the loss cast with the network (`loss_placement: inside`), "
         f"abort after {ABORT_AFTER} non-finite steps, {WORKERS} workers. ampsweep: `ampsweep run SPEC "
-        f"--out TMP --workers {WORKERS} --no-progress` as a child process. Ray Tune {_ray_version()}: "
+        f"--out TMP --workers {WORKERS} --no-progress` as a child process. Ray Tune {ray_version()}: "
         "`Tuner(trainable, param_space=grid_search…, TuneConfig(max_concurrent_trials=2), "
         "RunConfig(storage_path=TMP, verbose=0))` in a child process, a function trainable in plain "
         "MindSpore with the same AMP casting, global-norm clipping and abort rule, `tune.report` every "
@@ -467,7 +467,7 @@ def _section(
     return "\n".join(lines)
 
 
-def _ray_version() -> str:
+def ray_version() -> str:
     from importlib import metadata
 
     try:

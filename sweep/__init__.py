@@ -1,7 +1,5 @@
-"""What the user drives: the sweep file, the grid, the launcher, the store, the CLI.
-
-``Sweep(spec).run(out)`` is the Python entry point; ``ampsweep`` wraps it.
-"""
+"""What the user drives: the sweep file, the grid, the launcher, the store, the CLI over
+``Sweep(spec).run(out)``."""
 
 from __future__ import annotations
 

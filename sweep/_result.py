@@ -55,7 +55,7 @@ class SweepResult:
         return analyze(self.root, figures=figures)
 
     def verdicts(self) -> dict[str, TrialVerdict]:
-        """Each committed trial's verdict, the one the ranking and the report give: what a search decides from."""
+        """Each committed trial's verdict, as the report gives it: what a search decides from."""
         from ampsweep.analysis import trial_verdicts
 
         return trial_verdicts(self.root)

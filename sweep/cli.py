@@ -1,8 +1,5 @@
-"""The ``ampsweep`` command: plan, run, report, profile.
-
-Every user error (a bad spec, a bad flag) is one line on stderr and exit code
-2, raised before anything is written; a Ray started beside the check is shut down.
-"""
+"""The ``ampsweep`` command (``docs/cli.md``): every user error is one line on stderr and exit code 2,
+raised before anything is written; a Ray started beside the check is shut down."""
 
 from __future__ import annotations
 

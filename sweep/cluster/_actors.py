@@ -1,18 +1,12 @@
 """The worker pool's doors to Ray: its actors (start, send work, hear when it is done) and the cluster watch.
 
-Completions arrive as callbacks into a local queue (``ObjectRef.future``), so
-the driver never waits on a list of every reference in flight: a ``ray.wait``
-over N references costs O(N) per call, and with one trial in flight per
-device that made each dispatch slower the larger the cluster. Keeping Ray
-behind this small interface is also what lets the driver loop be measured
-and tested against an in-process stand-in (``benchmarks/_standin.py``).
-
-A driver that only waits on its actors hangs when its local raylet or the
-head dies (FACTS: Ray), so ``ClusterWatch`` asks the GCS for the node table
-every ``CHECK_EVERY_S`` in a daemon thread (a call into a dead cluster may
-never return and must not keep the process alive); the cluster is lost when
-that call raises, does not answer within ``ANSWER_WITHIN_S``, or shows the
-driver's own node or every node dead.
+Completions arrive as callbacks into a local queue (``ObjectRef.future``): a ``ray.wait`` over every
+reference in flight costs O(N) per call, which made each dispatch slower the larger the cluster. Behind
+this small interface the driver loop is measured and tested against an in-process stand-in
+(``benchmarks/_standin.py``). A driver that only waits on its actors hangs when its raylet or the head
+dies (FACTS: Ray), so ``ClusterWatch`` asks the GCS for the node table every ``CHECK_EVERY_S`` in a daemon
+thread: the cluster is lost when that call raises, does not answer within ``ANSWER_WITHIN_S``, or shows
+the driver's own node or every node dead.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ampsweep.contracts import FP32_LEVEL, Configuration, workload_args_of
+from ampsweep.contracts import FP32_LEVEL, LOSS_OUTSIDE, Configuration, workload_args_of
 from ampsweep.jobs import TrialConfig
 
 from ._spec import SweepSpec
@@ -74,7 +74,7 @@ def equivalents(trials: list[TrialConfig], loss_classes: frozenset[str] = frozen
     by_id = {t.trial_id: t for t in trials}
     result = _o0_equivalents(trials, by_id)
     for trial in trials:
-        if trial.trial_id in result or trial.loss_placement != "outside" or trial.amp_level == FP32_LEVEL:
+        if trial.trial_id in result or trial.loss_placement != LOSS_OUTSIDE or trial.amp_level == FP32_LEVEL:
             continue
         kept = tuple(name for name in trial.black_list if name not in loss_classes)
         if kept != trial.black_list:
@@ -88,7 +88,7 @@ def _o0_equivalents(trials: list[TrialConfig], by_id: dict[str, TrialConfig]) ->
     canonical_dtype = {t.dtype for t in trials if t.amp_level == FP32_LEVEL}
     first_dtype = "float16" if "float16" in canonical_dtype else min(canonical_dtype, default="float16")
     placements = {t.loss_placement for t in trials if t.amp_level == FP32_LEVEL}
-    first_placement = "outside" if "outside" in placements else min(placements, default="outside")
+    first_placement = LOSS_OUTSIDE if LOSS_OUTSIDE in placements else min(placements, default=LOSS_OUTSIDE)
     result: dict[str, str] = {}
     for trial in trials:
         if trial.amp_level != FP32_LEVEL:

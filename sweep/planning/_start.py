@@ -1,4 +1,4 @@
-"""``start_from``: where each seed's trials start, resolved before anything runs (``docs/late-divergence.md``).
+"""``start_from`` (``docs/late-divergence.md``): where each seed's trials start, resolved before it runs.
 
 A snapshot is named by its content (a prefix by what makes it and the MindSpore version, a checkpoint by
 its bytes), and so are the trials' ids: resume and later sweeps find both.

@@ -43,8 +43,8 @@ class Copies:
     def after(
         self, result: TrialResult, hint: Callable[[TrialConfig], Hint]
     ) -> tuple[list[TrialResult], list[TrialConfig]]:
-        """The copies ``result`` makes, and the held trials it releases to train; ``hint``: a held trial's FP32
-        baseline, for the silent-failure check its copy must pass as its own run would."""
+        """The copies ``result`` makes, and the held trials it releases to train; ``hint``: a held trial's
+        FP32 baseline, for the silent-failure check its copy must pass as its own run would."""
         made = [result.copied_as(config, EQUIVALENT) for config in self._always.pop(result.trial_id, ())]
         held = self._held.pop(result.trial_id, ())
         self._held_count -= len(held)

@@ -1,9 +1,5 @@
-"""Live progress of a sweep: done, diverged, failed, running, ETA.
-
-On a terminal it is a rich progress bar. In a log (stderr not a TTY, e.g.
-``ray job submit`` or CI) a bar's redraws are noise and its columns collapse
-to ``…``, so it becomes one plain line every ``LOG_EVERY_S`` seconds instead.
-"""
+"""Live progress of a sweep: a rich bar on a terminal; in a log (``ray job submit``, CI), where redraws
+are noise and columns collapse to ``…``, one plain line every ``LOG_EVERY_S`` seconds."""
 
 from __future__ import annotations
 

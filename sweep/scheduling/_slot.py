@@ -1,8 +1,5 @@
-"""A place trials run: what the pool starts, probes and replaces, and the dispatcher hands trials to.
-
-One actor on one device, or a gang of rank actors (one placement group): its
-``actor`` is then the gang's handle (``sweep.cluster._gang``).
-"""
+"""A place trials run: one actor on one device, or a gang of rank actors whose ``actor`` is the gang's
+handle (``sweep.cluster._gang``)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,12 @@
 """``horizon:``: continue the answer to the length of the user's training before it is final.
 
-What is continued, in which order and when it stops: ``docs/late-divergence.md``
-("The horizon"); why a round is short: ``docs/internals.md`` ("The horizon's
-rounds"). A ``RoundSearch``, run by ``run_rounds`` on the grid's workers. The
-analysis reads the continuations (``analysis.compute._load``: a configuration
-whose continuation broke is broken at that step). A configuration a break asks
-for is added as ordinary trials of the sweep from each seed's own start, not as
-the broken one's end state with the class switched to FP32: that would test a
-change made mid-training, while the answer is a configuration the user trains
-from the start, judged like every other against FP32 from the same start. The
-forecast orders the work; it never decides.
+What is continued, in which order and when it stops: ``docs/late-divergence.md`` ("The horizon"); why a
+round is short: ``docs/internals.md`` ("The horizon's rounds"). The analysis reads the continuations (a
+configuration whose continuation broke is broken at that step). A configuration a break asks for is
+added as ordinary trials of the sweep from each seed's own start, not as the broken one's end state with
+the class switched to FP32: that would test a change made mid-training, while the answer is a
+configuration the user trains from the start, judged like every other against FP32 from the same start.
+The forecast orders the work; it never decides.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """``search: adaptive``: find the smallest black list instead of testing guesses.
 
-The steps (FP32 baselines, grow, shrink, clip, confirm) and ``search.json`` are
-``docs/localization.md`` ("Adaptive search"). A probe is stable by
-``configuration_verdict`` over its seeds, the verdict the ranking uses. Every
-probe is an ordinary trial with an ordinary id, so a resumed search finds its
-earlier rounds committed and takes the same decisions again without rerunning
-them. The search is one generator (a ``RoundSearch``) that yields each round's
-batch where it needs results: the steps read in order while ``run_rounds`` runs
-every batch on the sweep's worker pool.
+Its steps (FP32 baselines, grow, shrink, clip, confirm) and ``search.json``: ``docs/localization.md``
+("Adaptive search"). A probe is stable by ``configuration_verdict`` over its seeds, the ranking's verdict.
+Every probe is an ordinary trial with an ordinary id, so a resumed search finds its earlier rounds
+committed and takes the same decisions again without rerunning them. The search is one generator (a
+``RoundSearch``) that yields each round's batch where it needs results: the steps read in order while
+``run_rounds`` runs every batch on the sweep's worker pool.
 """
 
 from __future__ import annotations
