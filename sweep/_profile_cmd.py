@@ -72,12 +72,8 @@ def _few(names: list[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
-def loss_scale_line(result: Profile) -> str:
-    """What loss scaling to use, and why, in one line."""
-    return _fit(_loss_scale_text(result), WIDTH)
-
-
 def _loss_scale_text(result: Profile) -> str:
+    """What loss scaling to use, and why."""
     over, under = _classes(result.cells, "overflow"), _classes(result.cells, "underflow")
     scale = result.loss_scale
     if scale == "dynamic":
@@ -117,7 +113,7 @@ def render(name: str, result: Profile) -> list[str]:
                 cell.risk or "-",
             )
         )
-    lines.append(loss_scale_line(result))
+    lines.append(_fit(_loss_scale_text(result), WIDTH))
     for cell in result.cells:
         if cell.passes_max_at is not None:
             lines.append(

@@ -9,6 +9,7 @@ copied.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -56,10 +57,8 @@ def plan_copies(pending: list[TrialConfig], equivalent_to: Mapping[str, str], ex
     held: dict[str, tuple[TrialConfig, ...]] = {}
     for group in groups.values():
         if len(group) > 1:
-            loosest, *tighter = sorted(group, key=_looseness, reverse=True)
+            loosest, *tighter = sorted(
+                group, key=lambda t: math.inf if t.clip is None else t.clip, reverse=True
+            )
             held[loosest.trial_id] = tuple(tighter)
     return CopyMap(always, held, confirm_last - copied)
-
-
-def _looseness(trial: TrialConfig) -> float:
-    return float("inf") if trial.clip is None else trial.clip

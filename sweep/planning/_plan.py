@@ -106,11 +106,12 @@ class SweepPlan:
                 f"prefix: {len(prefixes)} FP32 runs of {prefixes[0].steps:,} steps (one per seed) = {cost:,} steps, "
                 f"run once before the trials and kept in OUT/{SNAPSHOT_FOLDER}/ for resume and later sweeps"
             )
-            lines += [f"prefix {p.trial_id}  seed {p.seed}  snapshot {sid}" for sid, p in self._prefix_ids()]
+            lines += [
+                f"prefix {p.prefix.trial_id}  seed {p.prefix.seed}  snapshot {sid}"
+                for sid, p in self.starts.items()
+                if p.prefix is not None
+            ]
         return lines
-
-    def _prefix_ids(self) -> list[tuple[str, TrialConfig]]:
-        return [(sid, p.prefix) for sid, p in self.starts.items() if p.prefix is not None]
 
 
 def starts_of(trials: list[TrialConfig], starts: Starts | None) -> dict[str, StartPoint]:
