@@ -37,11 +37,7 @@ class Analysis(SweepAnalysis):
 
     def report(self, out: str | Path | None = None) -> Path:
         """Write report.md, report.html, recommendation.json and ranking.csv; return report.md's path.
-
-        ``out`` defaults to ``<sweep_dir>/report`` (pass one when the sweep
-        folder is a URI or read-only). Nothing is read again: the figures'
-        data are part of the analysis.
-        """
+        ``out`` defaults to ``<sweep_dir>/report`` (pass one when the sweep folder is a URI or read-only)."""
         return write_report(self.sweep_dir, out, analysis=self)
 
     def terminal(self, top: int = 5, report_path: str | Path | None = None) -> Table:

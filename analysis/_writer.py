@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ._analyze import analyze
-from ._model import SweepAnalysis
+from ._model import NEXT_SPEC_FILE, SweepAnalysis
 from .compute._load import resolve
 from .compute._side_files import read_spec_file
 from .render._csv import ranking_csv
@@ -25,7 +25,7 @@ from .render._html import render_html
 from .render._markdown import render_markdown
 from .render._plot import FigureImage
 from .render._recommendation import recommendation_json
-from .wording._next_sweep import NEXT_SPEC_FILE, next_spec
+from .wording._next_sweep import next_spec
 from .wording._text import failure_file
 
 #: ``errno`` values of a filesystem that takes no more bytes: full, or over the user's quota
@@ -60,18 +60,15 @@ def write_report(
     *,
     spec_dir: str | Path | None = None,
 ) -> Path:
-    """Write ``ranking.csv``, ``report.md``, ``report.html`` and
-    ``recommendation.json``; return the path of ``report.md``.
+    """Write ``ranking.csv``, ``report.md``, ``report.html`` and ``recommendation.json``; return the path of
+    ``report.md``.
 
-    ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep
-    folder is a URI or read-only. ``analysis`` reuses an ``analyze`` result
-    already in hand instead of reading the sweep again; ``images``, that
-    analysis's figures (:func:`analysis.render._figures.report_figures`) drawn
-    already. Each figure is drawn once: report.html embeds it and
-    ``failure.png`` is the same image. ``spec_dir``, the folder of the spec
-    the sweep was run from (known to ``ampsweep run``): a workload file named
-    relative to it is written into ``next-spec.yaml`` as an absolute path, so
-    the next spec runs from anywhere.
+    ``out_dir`` defaults to ``<sweep_dir>/report``; pass one when the sweep folder is a URI or read-only.
+    ``analysis`` reuses an ``analyze`` result already in hand instead of reading the sweep again;
+    ``images``, that analysis's figures drawn already (:func:`analysis.render._figures.report_figures`):
+    report.html embeds each and ``failure.png`` is the same image. ``spec_dir``, the folder of the spec the
+    sweep was run from (known to ``ampsweep run``): a workload file named relative to it is written into
+    ``next-spec.yaml`` as an absolute path, so the next spec runs from anywhere.
     """
     if out_dir is None and "://" in str(sweep_dir):
         raise ValueError(f"{sweep_dir} is a URI: pass out_dir, a local folder for the report")

@@ -25,12 +25,9 @@ HORIZON_FOLDER = "horizon"
 
 
 def held_to(start_step: float, steps_run: float, first_nonfinite: float | None) -> int:
-    """How far a trial held, the one meaning of ``held_to`` in ``horizon.json`` and the analysis.
-
-    The global step it held to: every step before it was finite. That is its
-    end (``start_step + steps_run``: the horizon, for a continuation that
-    held) or, where it broke, its first non-finite step. A trial that held to
-    step N ran N steps from the start of training without a NaN.
+    """How far a trial held, the one meaning of ``held_to`` in ``horizon.json`` and the analysis: the global
+    step before which every step was finite, its end (the horizon, for a continuation that held) or, where it
+    broke, its first non-finite step.
     """
     if first_nonfinite is not None and first_nonfinite == first_nonfinite:  # NaN != NaN
         return int(first_nonfinite)

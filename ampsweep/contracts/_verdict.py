@@ -57,11 +57,10 @@ class Verdict(str, enum.Enum):
 class LearningEvidence:
     """What a completed run showed about its learning; None = not measured.
 
-    ``reached_target``: whether some 10-step window's mean loss reached the
-    target loss (the workload's, or 1.1 x FP32's final loss). ``start_loss``:
-    the mean loss of its first steps (``start_loss``), where the decrease is
-    measured from. ``spread`` (FP32 only): how far the FP32 seeds' final
-    losses lie apart, as a share of FP32's decrease: the seed noise.
+    ``reached_target``: whether some 10-step window's mean loss reached the target loss (the workload's, or
+    1.1 x FP32's final loss); ``start_loss``: the mean loss of its first steps, where the decrease is measured
+    from; ``spread`` (FP32 only): how far the FP32 seeds' final losses lie apart, as a share of FP32's
+    decrease: the seed noise.
     """
 
     final_loss: float | None
@@ -133,15 +132,11 @@ def trial_verdict(
 
 
 def configuration_verdict(verdicts: Iterable[TrialVerdict | Verdict]) -> Verdict:
-    """A configuration over its seeds: stable only when every seed is.
-
-    A seed whose black list could not be applied makes it ``NOT_APPLICABLE``:
-    the configuration as asked for was never run, so its other seeds are not
-    evidence about it (and it must not count as broken). Otherwise any diverged
-    seed makes it ``DIVERGED``; else any failed seed ``FAILED``; else any
-    silent seed ``SILENT``. A seed that breaks one run in three is a real risk
-    to the user's training, so one bad seed is enough. No seeds at all is
-    ``FAILED`` (nothing ran).
+    """A configuration over its seeds: stable only when every seed is, else named by its worst seed
+    (diverged, then failed, then silent): a seed that breaks one run in three is a real risk to the user's
+    training. A seed whose black list could not be applied makes it ``NOT_APPLICABLE``: the configuration as
+    asked for never ran, so its other seeds are no evidence about it (and it must not count as broken). No
+    seeds at all is ``FAILED`` (nothing ran).
     """
     found = [v.verdict if isinstance(v, TrialVerdict) else Verdict(v) for v in verdicts]
     if not found:

@@ -61,10 +61,6 @@ def _text(value: object) -> str:
     return "" if value is None or (isinstance(value, float) and np.isnan(value)) else str(value)
 
 
-def _flag(value: object) -> bool | None:
-    return None if number(value) is None else bool(value)
-
-
 def _int(value: object) -> int | None:
     found = number(value)
     return None if found is None else int(found)
@@ -106,7 +102,7 @@ def localizations(
                 inner_op=_text(group["inner_op"].iloc[0]),
                 input_max_abs=_median(group["input_max_abs"]),
                 inner_max_abs=_median(group["inner_max_abs"]),
-                finite=_flag(group["finite"].iloc[0]),
+                finite=None if (finite := _int(group["finite"].iloc[0])) is None else bool(finite),
                 rank=_int(group["rank"].iloc[0]),
                 ranks_broken=_int(group["ranks_broken"].iloc[0]),
                 devices=devices,

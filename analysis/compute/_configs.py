@@ -30,8 +30,6 @@ from ampsweep.contracts import (
 from ._anomalies import localizations
 from ._load import configurations
 
-__all__ = ["as_run", "config_scores", "first_line", "not_applicable", "varying"]
-
 #: how much a loss scale asks of the training script, for the ranking's last tie-break (``loss_scaling``)
 LOSS_SCALING_ORDER = {"none": 0, "static": 1, "dynamic": 2}
 

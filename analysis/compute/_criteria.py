@@ -13,10 +13,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ampsweep.contracts import SILENT_RULE, TARGET_FROM_FP32, TARGET_WINDOW, Configuration, num, number, pct
+from ampsweep.contracts import (
+    FINAL_FRACTION,
+    SILENT_RULE,
+    TARGET_FROM_FP32,
+    TARGET_WINDOW,
+    Configuration,
+    num,
+    number,
+    pct,
+)
 
 from . import _classes as cls
-from ._steps import FINAL_FRACTION
 
 Row = Mapping[str, Any]
 

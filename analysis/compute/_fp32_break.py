@@ -20,8 +20,6 @@ from ampsweep.contracts import TARGET_FROM_FP32, TARGET_WINDOW, final_loss, star
 
 from ._steps import read_trial_tables
 
-__all__ = ["BROKE_AT", "best_level", "cut_at_fp32_break", "fp32_break_steps"]
-
 #: Column added to the scores: the global step at which this trial's seed's FP32 run broke (NaN: it did not).
 BROKE_AT = "fp32_broke_at"
 _KEYS = ("model", "device_kind", "seed")  # the model: the workload and its swept non-precision arguments
@@ -55,13 +53,8 @@ def _window(frame: pd.DataFrame | None, cut: int) -> np.ndarray | None:
 
 
 def best_level(loss: np.ndarray) -> float | None:
-    """The lowest ``TARGET_WINDOW``-step mean loss of a run: the best FP32 reached before it broke.
-
-    A run that breaks by blowing up (a learning rate past the stability limit)
-    spends its last steps before the NaN on a loss that grows by orders of
-    magnitude; the mean of those steps (its "final loss") is no level to learn
-    like. Its best level is: what FP32 did reach, from the same start.
-    """
+    """The lowest ``TARGET_WINDOW``-step mean loss of a run: the best FP32 reached before it broke (a run
+    that blows up spends its last steps on a loss growing by orders of magnitude: no level to learn like)."""
     finite = loss[np.isfinite(loss)]
     if len(finite) < TARGET_WINDOW:
         return final_loss(finite)

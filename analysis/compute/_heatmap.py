@@ -16,8 +16,6 @@ from ampsweep.contracts import Configuration, clip_value, loss_scale_name
 from .._model import DivergenceGrid
 from . import _classes as cls
 
-__all__ = ["DivergenceGrid", "divergence_grids"]
-
 _LEVEL_ORDER = {lvl: i for i, lvl in enumerate(("O0", "O1", "O2", "O3"))}
 MAX_PANELS = 6
 

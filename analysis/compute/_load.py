@@ -183,15 +183,9 @@ def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
     frame["black_list"] = [black_list_of(v) for v in frame["black_list"]]
     frame = frame.drop_duplicates("trial_id", keep="last")
     frame = frame.sort_values("trial_id", kind="stable").reset_index(drop=True)
-    # how far each trial held: its continuation to the horizon, where one ran, decides
-    folder = continuation_folder(loc)
-    continued = load_trials(folder) if folder is not None else frame.iloc[0:0]
+    # how far each trial held: its continuation to the horizon (in ``horizon/``), where one ran, decides
+    continued = load_trials(loc.join(HORIZON_FOLDER)) if loc.is_dir(HORIZON_FOLDER, "trials") else frame[:0]
     return merge_continuations(frame, continued)
-
-
-def continuation_folder(loc: SweepLocation) -> str | None:
-    """The ``horizon/`` sub-folder (the continuations to the horizon) when it holds trials."""
-    return loc.join(HORIZON_FOLDER) if loc.is_dir(HORIZON_FOLDER, "trials") else None
 
 
 def planned_ids(loc: SweepLocation) -> list[str] | None:

@@ -105,11 +105,6 @@ def _fp32_key(row: Mapping[str, Any]) -> tuple[float, int]:
     return (_params(row) or 0.0, int(row["n_black_listed"]))
 
 
-def _fp32_paths(records: list[dict[str, Any]], paths: list[tuple]) -> list[tuple]:
-    """The sort keys with the "FP32 classes" entry replaced by the FP32 part's size (:func:`_fp32_key`)."""
-    return [p[:MINIMAL_LEVEL] + (_fp32_key(r),) + p[MINIMAL_LEVEL + 1 :] for r, p in zip(records, paths)]
-
-
 def _containment_order(records: list[dict[str, Any]], order: list[int]) -> list[int]:
     """``order`` changed only so that no stable configuration precedes one whose FP32 part it contains.
 
@@ -174,7 +169,11 @@ def _classify(configs: pd.DataFrame, reference: Fp32Reference) -> pd.DataFrame:
 def ordered(frame: pd.DataFrame, ctx: RankContext, minimal: bool = True) -> tuple[pd.DataFrame, list[tuple]]:
     """``frame`` sorted by the criteria, and each row's sort key (same order)."""
     records = frame.to_dict("records")
-    paths = _fp32_paths(records, order_paths(records, ctx))
+    # the "FP32 classes" entry of each key is the FP32 part's size (:func:`_fp32_key`)
+    paths = [
+        p[:MINIMAL_LEVEL] + (_fp32_key(r),) + p[MINIMAL_LEVEL + 1 :]
+        for r, p in zip(records, order_paths(records, ctx))
+    ]
     if minimal:
         paths = _make_minimal(records, paths, ctx)
     order = _containment_order(records, sorted(range(len(records)), key=lambda i: paths[i]))

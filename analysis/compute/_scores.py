@@ -44,12 +44,8 @@ ARGS_PREFERENCE = "args_preference"
 
 
 def ranked_trials(trials: pd.DataFrame) -> pd.Series:
-    """Which trials count in the ranking.
-
-    A trial marked ``equivalent_to`` another is dropped only when that other
-    trial is committed: otherwise dropping it would lose the configuration
-    altogether on a partial sweep.
-    """
+    """Which trials count in the ranking: not one ``equivalent_to`` a committed trial (an equivalent of a
+    trial not committed stays, or a partial sweep would lose the configuration altogether)."""
     committed = set(trials["trial_id"])
     duplicate = trials["equivalent_to"].notna() & trials["equivalent_to"].isin(committed)
     return ~duplicate

@@ -24,11 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ampsweep.contracts import FINAL_FRACTION, TARGET_WINDOW, final_loss_rows
+from ampsweep.contracts import TARGET_WINDOW, final_loss_rows
 
 from ._load import SweepLocation, files_by_trial, resolve
-
-__all__ = ["FINAL_FRACTION", "TrialAccumulator", "aggregate_steps", "read_trial_tables"]
 
 SPIKE_FACTOR = 3.0
 SPIKE_WINDOW = 20

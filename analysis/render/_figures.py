@@ -285,27 +285,19 @@ def divergence_map(grids: Sequence[DivergenceGrid], key: str) -> FigureImage | N
     )
 
 
-def _drawings(data: FigureData, key: str) -> list[tuple[Callable[..., FigureImage | None], Any, str]]:
-    """One kind's figures in report order, as (draw, its data, key)."""
-    return [
-        (loss_curves, data.loss, key),
-        (grad_norms, data.grad_norm, key),
-        (divergence_map, data.divergence, key),
-        (layer_maxima, data.layers, key),
-        (failure_figure, data.failure, key),
-    ]
-
-
 def kind_figures(data: FigureData, key: str) -> list[FigureImage]:
     """Every figure that one device kind's data allow, in report order."""
-    return [image for draw, *args in _drawings(data, key) if (image := draw(*args)) is not None]
+    drawings: list[tuple[Callable[..., FigureImage | None], Any]] = [
+        (loss_curves, data.loss),
+        (grad_norms, data.grad_norm),
+        (divergence_map, data.divergence),
+        (layer_maxima, data.layers),
+        (failure_figure, data.failure),
+    ]
+    return [image for draw, shown in drawings if (image := draw(shown, key)) is not None]
 
 
 def report_figures(a: SweepAnalysis) -> list[list[FigureImage]]:
-    """Every device kind's figures, drawn once for the whole report (index = kind index).
-
-    report.html embeds them and ``failure.png`` is the failure figure among
-    them: drawing is most of a report's time (matplotlib's layout), so
-    nothing draws a figure twice.
-    """
+    """Every device kind's figures (index = kind index), drawn once for report.html and ``failure.png``:
+    drawing is most of a report's time."""
     return [kind_figures(k.figures, f"k{n}") if k.figures is not None else [] for n, k in enumerate(a.kinds)]

@@ -42,18 +42,12 @@ def new_figure(width: float = 9.0, height: float = 4.2) -> Figure:
 
 
 def png(fig: Figure) -> str:
-    """The figure as a 256-colour PNG, base64.
+    """The figure as a 256-colour PNG, base64: a palette image of a line plot looks the same and is about a
+    third of matplotlib's RGBA file, which is most of a small sweep's bytes on disk.
 
-    Line plots and heat maps use a handful of colours plus their anti-aliased
-    edges; a palette image of them looks the same and is about a third of the
-    RGBA file matplotlib writes, which is most of a small sweep's bytes on disk.
-
-    The pixels come from Agg's buffer after one ``draw``, not from
-    ``savefig``: savefig draws a constrained layout twice (once to lay it
-    out, once to render) and then encodes an RGBA PNG only for it to be
-    decoded here again. The pixels, and so the file, are the same; drawing is
-    most of a report's time. A matplotlibrc that changes how savefig differs
-    from the screen (``savefig.*``) still goes through savefig.
+    The pixels come from Agg's buffer after one ``draw`` (:func:`_drawn`): ``savefig`` draws a constrained
+    layout twice and encodes an RGBA PNG only for it to be decoded again, and drawing is most of a report's
+    time. A matplotlibrc whose ``savefig.*`` settings differ from the screen still goes through savefig.
     """
     from PIL import Image  # matplotlib's own dependency
 

@@ -18,13 +18,12 @@ import pandas as pd
 
 from ampsweep.contracts import num, pct
 
-from .._model import TOP_COLUMNS, SweepAnalysis, top_rows
+from .._model import SweepAnalysis, top_rows
 from ..wording._not_tried import not_tried_items
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["HEADERS", "TOP_COLUMNS", "render_terminal", "terminal_table", "top_rows"]
 
 #: Width when stdout is not a terminal (a log file, a pipe).
 PIPE_WIDTH = 100

@@ -138,18 +138,6 @@ def confidence_text(rec: Recommendation, ranking: pd.DataFrame, n_trials: int) -
     return f"How sure: stable on {n}/{n} {runs}; {_runner_up_text(rec)}; {tail}."
 
 
-def _steps_at(step: float | None) -> str:
-    return "" if step is None else f" at step ~{step:,.0f}"
-
-
-def fp32_break_first(broke: Fp32Break) -> str:
-    """'FP32 itself breaks at step ~1,149 on 3/3 seeds: this is not a mixed-precision problem.'"""
-    return (
-        f"{broke.label} itself breaks{_steps_at(broke.step)} on {broke.n_broken}/{broke.n_seeds} seeds: "
-        "this is not a mixed-precision problem."
-    )
-
-
 def _held_words(held: HeldPast, broke: Fp32Break) -> str:
     """'FP32 · clip 1.0 stayed finite to step 3,000 on 3/3 seeds where FP32 without a clip broke at ~1,149'."""
     plain = (
@@ -232,7 +220,9 @@ def answer_lines(
         return (rec.headline,)
     after: list[str]
     if rec.fp32_break is not None:
-        first = fp32_break_first(rec.fp32_break)
+        broke = rec.fp32_break
+        at = "" if broke.step is None else f" at step ~{broke.step:,.0f}"
+        first = f"{broke.label} itself breaks{at} on {broke.n_broken}/{broke.n_seeds} seeds: this is not a mixed-precision problem."
         after = _fp32_break_lines(rec, loss_placement_recorded)
     elif rec.status == STATUS_RECOMMENDED and rec.config:
         first = change_text(rec.config, loss_placement_recorded) + "."

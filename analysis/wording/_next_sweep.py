@@ -29,10 +29,8 @@ from ampsweep.contracts import (
     static_scale_for,
 )
 
-from .._model import NEXT_SPEC_FILE, Fp32Break, Localization, NextSweep
+from .._model import Fp32Break, Localization, NextSweep
 from ..compute._learning_rate import LearningRate
-
-__all__ = ["NEXT_SPEC_FILE", "diagnose", "next_spec"]
 
 
 def _mixed(scores: pd.DataFrame) -> pd.DataFrame:

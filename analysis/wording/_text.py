@@ -107,17 +107,6 @@ def equivalents_summary(scores: pd.DataFrame) -> tuple[int, list[str]]:
     return len(dup), examples
 
 
-def rules_notes() -> list[str]:
-    return [
-        TIE_RULE,
-        "Each device kind is ranked on its own, against the FP32 trials of the same kind.",
-        (
-            f"Loss spikes (reported, not ranked): a finite loss above {SPIKE_FACTOR:g} x the median of the previous "
-            f"{SPIKE_WINDOW} finite losses."
-        ),
-    ]
-
-
 def start_sentence(scores: pd.DataFrame) -> str | None:
     """Where the trials started (``start_from``), in one sentence; None when every one started at 0."""
     if "start_step" not in scores or not (scores["start_step"].fillna(0) > 0).any():
@@ -395,7 +384,14 @@ def report_sections(a: SweepAnalysis) -> list[Section]:
     sections.append(Section("Trials", blocks=[Bullets(tuple(counts_items(a)))]))
     sections.append(_failures(a))
     rules = Section("How the ranking is decided", blocks=[Bullets(tuple(rules_text()), ordered=True)])
-    rules.blocks += [Paragraph(note) for note in rules_notes()]
+    rules.blocks += [
+        Paragraph(TIE_RULE),
+        Paragraph("Each device kind is ranked on its own, against the FP32 trials of the same kind."),
+        Paragraph(
+            f"Loss spikes (reported, not ranked): a finite loss above {SPIKE_FACTOR:g} x the median of the "
+            f"previous {SPIKE_WINDOW} finite losses."
+        ),
+    ]
     sections.append(rules)
     return sections
 
