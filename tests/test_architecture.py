@@ -192,7 +192,7 @@ def test_the_analysis_arrow_check_sees_the_folders():
     assert _analysis_folder("ampsweep.analysis.compute") is None  # a package's __init__ sits above its folder
 
 
-@pytest.mark.parametrize("part", ["analysis", "contracts", "jobs"])
+@pytest.mark.parametrize("part", ["analysis", "contracts", "jobs", "sweep"])
 def test_a_name_another_module_uses_is_public(part):
     """``from ._x import _y`` across modules is refused: a name other modules use is its owner's public
     name (importing a private *module*, ``from . import _classes``, is how the package is laid out)."""

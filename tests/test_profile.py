@@ -163,9 +163,8 @@ def test_a_run_writes_the_profile_only_for_a_cpu_sweep(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_worker_s_profile_runs_on_its_compiled_fp32_graph_and_finds_the_same(monkeypatch):
     from ampsweep.jobs import TrialConfig
-    from ampsweep.jobs.localization._replay import Replay
     from ampsweep.jobs.profiling._profile import profile
-    from ampsweep.jobs.training._step import GraphCache
+    from ampsweep.jobs.training._step import CompiledStep, GraphCache
     from ampsweep.jobs.training._trainer import run_trial
 
     mlp = f"{Path(__file__).resolve().parents[1] / 'benchmarks' / 'mlp_workload.py'}:make"
@@ -181,6 +180,6 @@ def test_a_worker_s_profile_runs_on_its_compiled_fp32_graph_and_finds_the_same(m
         def compiles(*args):
             raise AssertionError("the profile compiled a graph of its own")
 
-        patch.setattr(Replay, "jit_prefix", compiles)
+        patch.setattr(CompiledStep, "__init__", compiles)
         on_graph = profile(mlp, 0, 60, {}, graphs=graphs)
     assert on_graph.as_json() == own_compile.as_json()

@@ -98,6 +98,12 @@ PINNED = {
         ("finite", "bool"),
         ("rank", "int64"),
         ("ranks_broken", "int64"),
+        ("cause", "string"),
+        ("input_position", "int64"),
+        ("input_index", "string"),
+        ("attempt", "int64"),
+        ("node", "string"),
+        ("device_id", "string"),
     ],
 }
 SCHEMAS = {

@@ -137,7 +137,7 @@ def diagnose(
         return ANOMALIES_SCHEMA.empty_table()
     mode, until_step = wanted
     rank = 0 if group is None else group.rank
-    run = {"rank": rank, "ranks_broken": 1, "attempt": 1}
+    run: dict[str, Any] = {"rank": rank, "ranks_broken": 1, "attempt": 1}
     run |= {"node": result.placement.node, "device_id": result.placement.device_id}
     try:
         if mode == "nonfinite" and until_step is not None:  # a bad batch or a device fault is no Cell's

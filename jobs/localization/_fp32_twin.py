@@ -16,11 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ampsweep.contracts import FORWARD_BLOWUP
 
 from .._config import TrialConfig
-from ..training._data_parallel import RankGroup
-from ..training._step import CompiledStep
-from ..training._trainer import trial_workload
 from ._hooks import CellProbe, Event
-from ._replay import JIT_PREFIX_MIN_STEPS, CellFinding, Replay, fp32_of, skip_ahead
+from ._replay import JIT_PREFIX_MIN_STEPS, CellFinding, Replay, fp32_of, graph_for, skip_ahead
 
 if TYPE_CHECKING:
     from ..training._step import GraphCache
@@ -74,36 +71,6 @@ def hooked_twin_step(replay: Replay, batch: tuple[Any, ...], finding: CellFindin
         probe = CellProbe(backward=True)  # a gradient to compare with: the whole step, hooked
         replay.probed(probe, lambda: replay.look(batch))
     return probe
-
-
-def graph_for(
-    config: TrialConfig,
-    workload_ref: str,
-    graphs: GraphCache | None,
-    start: Mapping[str, Any] | None,
-    group: RankGroup | None = None,
-) -> CompiledStep | None:
-    """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none; its first
-    step compiles it.
-
-    An actor that started while every FP32 trial was taken (more actors than
-    seeds, ``sweep.scheduling._queue``) holds no FP32 graph. A twin far enough in must
-    compile a step either way; this one is kept, so the worker's next twins,
-    its profile and any FP32 trial it runs later reuse it, where a step
-    compiled for one replay was thrown away (one compile per diagnosis). None
-    when the workload cannot be built here: the replay then compiles its own
-    step, as before.
-    """
-    held = graphs.held(config, workload_ref) if graphs is not None else None
-    if held is not None:
-        return held
-    try:
-        step = CompiledStep(config, trial_workload(config, workload_ref, start), group)
-    except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
-        return None
-    if graphs is not None:
-        graphs.hold(config, workload_ref, step)
-    return step
 
 
 def _forward_blew_up(policy: Event | None, fp32: Event | None) -> bool:

@@ -36,7 +36,7 @@ from ampsweep.contracts import FP32_LEVEL
 from .._config import TrialConfig
 from ..training._data_parallel import RankGroup, together
 from ..training._starts import start_key
-from ._fp32_twin import graph_for, hooked_twin_step
+from ._fp32_twin import hooked_twin_step
 from ._hooks import CellProbe
 from ._localize import (
     DEPARTURE_CHECKS,
@@ -47,7 +47,7 @@ from ._localize import (
     judged,
     nonfinite_limit,
 )
-from ._replay import CellFinding, Replay, ensure_pynative, fp32_of, restore_mode
+from ._replay import CellFinding, Replay, ensure_pynative, fp32_of, graph_for, restore_mode
 
 if TYPE_CHECKING:
     from ..training._step import CompiledStep, GraphCache

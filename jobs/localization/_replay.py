@@ -104,7 +104,6 @@ class Replay:
         stream = batch_stream(workload.batches, steps, skip=skip_batches(config, workload))
         self.batches = stream if self.group is None else shard_stream(stream, self.group)
         self.probe: CellProbe | None = None
-        self._compiled: Any = None
         self._clip = ms.Tensor(
             float(np.finfo(np.float32).max) if config.clip is None else config.clip, mstype.float32
         )
@@ -138,45 +137,6 @@ class Replay:
         finally:
             probe.stop()
             probe.detach()
-
-    def jit_prefix(self, steps: int) -> int | None:
-        """Run the next ``steps`` batches with a compiled step, as the trainer would.
-
-        Skips the slow PyNative steps a replay does not need to look at (the
-        FP32 replay up to the culprit's step; the policy replay up to shortly
-        before the jitted run's first non-finite step). Returns the index of
-        the first step whose loss or gradients were non-finite, or ``None``.
-        """
-        import mindspore as ms
-        from mindspore import ops
-        from mindspore.common import dtype as mstype
-
-        if steps <= 0:
-            return None
-        if self._compiled is not None:
-            return self._run_compiled(steps)
-        scaler, optimizer, grad_fn, one = self.scaler, self.optimizer, self._grad_fn, self._one
-
-        def train_step(clip: Any, *batch: Any) -> Any:
-            loss, grads = grad_fn(*batch)
-            if scaler is not None:
-                loss = scaler.unscale(loss)
-                grads = scaler.unscale(grads)
-            flat = ops.concat([g.astype(mstype.float32).reshape(-1) for g in grads])
-            norm = ops.sqrt(ops.reduce_sum(flat * flat))
-            finite = ops.reduce_sum(ops.logical_not(ops.isfinite(flat)).astype(mstype.float32)) == 0
-            factor = ops.select(norm > clip, clip / (norm + _EPS), one)
-            clipped = tuple(g * factor.astype(g.dtype) for g in grads)
-            if scaler is not None:
-                if finite:
-                    loss = ops.depend(loss, optimizer(clipped))
-                loss = ops.depend(loss, scaler.adjust(finite))
-            else:
-                loss = ops.depend(loss, optimizer(clipped))
-            return ops.stack([loss.astype(mstype.float32), finite.astype(mstype.float32)])
-
-        self._compiled = ms.jit(train_step)
-        return self._run_compiled(steps)
 
     def fast_forward(self, compiled: CompiledStep, steps: int, start: StartState | None = None) -> int | None:
         """Run the next ``steps`` batches with the trial's own compiled graph, then continue here.
@@ -225,9 +185,6 @@ class Replay:
         """The next ``steps`` batches on ``compiled`` (its lean vector is loss, norm, finite, scale)."""
         clip = compiled.clip_tensor(self.config.clip)
         return self._first_nonfinite(steps, lambda batch: compiled(clip, batch).asnumpy()[[0, 2]])
-
-    def _run_compiled(self, steps: int) -> int | None:
-        return self._first_nonfinite(steps, lambda batch: self._compiled(self._clip, *batch).asnumpy())
 
     def _first_nonfinite(self, steps: int, loss_and_finite: Callable[[Any], np.ndarray]) -> int | None:
         """Feed the next ``steps`` batches to a compiled step; the first whose loss or gradients were not finite.
@@ -357,24 +314,53 @@ def skip_ahead(
 ) -> tuple[Replay, int | None]:
     """A replay that has run its first ``steps`` steps without hooks, and where that went non-finite.
 
-    On the worker's own compiled graph of the trial when there is one (no
-    compile, the trial's arithmetic); otherwise compiled anew. With
-    ``graphs``, a replay the worker kept from an earlier diagnosis of the graph
-    is restarted instead of built: the fast-forward gives it the trial's state.
+    On the trial's compiled graph: the worker's own when it has one (no compile, the trial's
+    arithmetic), else built now (``graph_for``). With ``graphs``, a replay the worker kept from an
+    earlier diagnosis of the graph is restarted instead of built: the fast-forward gives it the
+    trial's state.
     """
-    if compiled is not None and steps > 0 and graphs is not None:
+    if steps <= 0:
+        return Replay(config, workload_ref, limit, start), None
+    if compiled is None:
+        compiled = graph_for(config, workload_ref, graphs, start)
+    if compiled is None:
+        raise RuntimeError(f"the workload could not be built for the replay of {config.trial_id}")
+    if graphs is not None:
         replay = _kept_replay(config, workload_ref, limit, graphs, start)
     else:
         replay = Replay(config, workload_ref, limit, start)
-    if compiled is not None:
-        known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
-        try:
-            return replay, replay.fast_forward(compiled, steps, known.state if known is not None else None)
-        except Exception:  # noqa: BLE001 - an odd workload: the slower way below still works
-            if graphs is not None:
-                graphs.replays.pop((workload_ref, config.graph_id), None)
-            replay = Replay(config, workload_ref, limit, start)
-    return replay, replay.jit_prefix(steps)
+    known = graphs.starts.get(start_key(config, workload_ref)) if graphs is not None else None
+    return replay, replay.fast_forward(compiled, steps, known.state if known is not None else None)
+
+
+def graph_for(
+    config: TrialConfig,
+    workload_ref: str,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None = None,
+) -> CompiledStep | None:
+    """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none; its first
+    step compiles it.
+
+    An actor that started while every FP32 trial was taken (more actors than
+    seeds, ``sweep.scheduling._queue``) holds no FP32 graph. A twin far enough in must
+    compile a step either way; this one is kept, so the worker's next twins,
+    its profile and any FP32 trial it runs later reuse it, where a step
+    compiled for one replay was thrown away (one compile per diagnosis). None
+    when the workload cannot be built here: the replay then compiles its own
+    step, as before.
+    """
+    held = graphs.held(config, workload_ref) if graphs is not None else None
+    if held is not None:
+        return held
+    try:
+        step = CompiledStep(config, trial_workload(config, workload_ref, start), group)
+    except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
+        return None
+    if graphs is not None:
+        graphs.hold(config, workload_ref, step)
+    return step
 
 
 def copy_weights(source: Any, target: Any) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from ampsweep.contracts import FLOAT16_MAX, static_scale_for
 
 from .._config import TrialConfig
-from ..localization._replay import Replay, ensure_pynative, restore_mode
+from ..localization._replay import Replay, ensure_pynative, graph_for, restore_mode
 from ..training._snapshot import read_checkpoint, snapshot_id
 from ._profile_hooks import CellProfile, Recorder, Watched
 
@@ -170,7 +170,11 @@ def _profile(
     recorder = Recorder()
     try:
         replay = Replay(config, workload_ref, prefix_steps + steps, start)
-        between = replay.jit_prefix if compiled is None else functools.partial(replay.on_graph, compiled)
+        if compiled is None:
+            compiled = graph_for(config, workload_ref, None, start)
+        if compiled is None:
+            raise RuntimeError("the workload could not be built for the profile's compiled steps")
+        between = functools.partial(replay.on_graph, compiled)
         first = config.start_step
         bad = between(prefix_steps)
         nonfinite = None if bad is None else first + bad

@@ -215,12 +215,17 @@ def described(exc: BaseException) -> str:
 def _first_nonfinite_compiled(
     config: TrialConfig, workload: str, steps: int, params: dict[str, Any] | None
 ) -> int | None:
-    """The first step (counted from the start) at which a compiled replay's loss or gradients broke."""
-    from ..localization._replay import Replay
+    """The first step (counted from the start) at which a compiled replay's loss or gradients broke: the
+    sweep's own train step (``CompiledStep``), from the snapshot."""
+    from ..localization._replay import Replay, graph_for
 
+    compiled = graph_for(config, workload, None, params)
+    if compiled is None:
+        raise RuntimeError("the workload could not be built for a compiled replay")
     replay = Replay(config, workload, steps, params)
     try:
-        return replay.jit_prefix(steps)
+        replay.load_start(compiled)
+        return replay.steps_on(compiled, steps)
     finally:
         replay.close()
 
