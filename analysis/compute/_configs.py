@@ -197,16 +197,9 @@ def _largest(ranked: pd.DataFrame, idx: np.ndarray, column: str) -> int | None:
 
 
 def config_scores(scores: pd.DataFrame, anomalies: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Return one row per configuration from :func:`analysis.trial_scores` output.
-
-    Only ranked trials are used (equivalent duplicates are not counted twice).
-    ``anomalies`` (see :func:`analysis.read_anomalies`) gives each
-    configuration its ``localizations``: the Cells its trials were localized
-    to, one entry when its seeds agree.
-
-    Groups are walked as index arrays over plain numpy columns: a sweep of
-    thousands of trials would otherwise spend seconds in per-group pandas
-    indexing.
+    """One row per configuration from the ranked trials of :func:`analysis.trial_scores`; ``anomalies`` gives
+    each its ``localizations``. Groups are walked as index arrays over plain numpy columns: a sweep of
+    thousands of trials would otherwise spend seconds in per-group pandas indexing.
     """
     by_trial = {} if anomalies is None or anomalies.empty else dict(tuple(anomalies.groupby("trial_id")))
     ranked = scores[scores["ranked"] & ~_not_applicable_configs(scores)].reset_index(drop=True)

@@ -146,15 +146,11 @@ def arg_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def load_trials(sweep_dir: str | Path) -> pd.DataFrame:
-    """Return one row per committed trial, with every ``TRIALS_SCHEMA`` column.
+    """One row per committed trial (its ``trials/`` file exists), with every ``TRIALS_SCHEMA`` column.
 
-    A trial is committed exactly when its ``trials/`` file exists, so this is
-    the table every other step keys on. Files are unified by schema rather
-    than assuming the first one is representative: an all-null column (e.g.
-    ``error`` on a run with no failures) may have been written as ``null``,
-    and a column an older writer did not have is filled with nulls.
-    ``black_list`` becomes a sorted tuple (``black_list_of``), so
-    configurations group and compare by value (:func:`configurations`).
+    Files are unified by schema: an all-null column (``error`` on a run without failures) may have been
+    written as ``null``, and a column an older writer did not have is filled with nulls (the loss
+    placement with ``inside``). ``black_list`` becomes a sorted tuple, so configurations compare by value.
     """
     loc = resolve(sweep_dir)
     files = list_parquet(loc, "trials", recursive=False)

@@ -128,12 +128,9 @@ def _containment_order(records: list[dict[str, Any]], order: list[int]) -> list[
 
 
 def hide_broken_scores(ranking: pd.DataFrame) -> pd.DataFrame:
-    """Blank the convergence figures of every configuration with a diverged or failed seed.
-
-    Called before the order is decided: a broken row's losses before its NaN
-    never decide its rank (:data:`analysis.compute._criteria.CRITERIA` orders broken
-    rows by where they broke), and from here on it has no final loss or steps
-    to target anywhere (CSV, JSON, report), only ``broke_at``.
+    """Blank the convergence figures of every configuration with a diverged or failed seed, before the order
+    is decided: its losses before the NaN never decide its rank (it ranks by where it broke), and it has no
+    final loss or steps to target anywhere (CSV, JSON, report), only ``broke_at``.
     """
     if ranking.empty or "tier" not in ranking.columns:
         return ranking
@@ -185,12 +182,9 @@ def rank_configs(
 ) -> pd.DataFrame:
     """Return ``configs`` sorted by the criteria with ``rank``, ``recommended``, the classification columns and
     why each rank is what it is: ``rank_reason`` (a :class:`RankReason`, which ``wording._labels`` words),
-    ``decided_by``, ``tied_on`` (criterion names), ``tied_with_above``, ``fp32_contains`` (the rank of a stable
-    configuration above whose FP32 part this row's contains; 0: none) and ``description`` (one sentence).
-
-    ``recommended`` is true for at most one row: the best stable
-    mixed-precision configuration. When there is none, no row is recommended
-    and the report says so rather than promoting FP32 or an unstable one.
+    ``decided_by``, ``tied_on`` (criterion names), ``tied_with_above`` and ``fp32_contains`` (the rank of a
+    stable configuration above whose FP32 part this row's contains; 0: none). ``recommended`` is true for at
+    most one row, the best stable mixed-precision one: never FP32 or an unstable one in its place.
     """
     ctx = ctx or RankContext()
     if configs.empty:

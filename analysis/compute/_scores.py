@@ -30,6 +30,7 @@ from ampsweep.contracts import (
 )
 
 from .._model import Fp32Reference
+from ._faults import input_trials, read_faults
 from ._fp32_break import BROKE_AT, cut_at_fp32_break
 from ._load import arg_columns, load_trials
 from ._side_files import swept_values
@@ -167,20 +168,16 @@ def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
 
 
 def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Return the trials table with every per-trial score added.
-
-    Added columns: ``ranked``, ``reference``, ``target``, ``target_source``,
-    ``final`` (final loss), ``first_nonfinite``, ``clip_rate``,
-    ``steps_per_s``, ``speed_vs_fp32``, ``unstable``, plus the raw step
-    aggregates from :func:`analysis.aggregate_steps`, and each trial's
-    ``verdict``. The one scoring pass: on a seed whose FP32 run broke, every
-    trial is scored and judged on its steps before that step
-    (:mod:`analysis.compute._fp32_break`). Trials that are not ranked
-    (equivalent duplicates) are not scanned and keep NaN scores.
+    """The trials table with every per-trial score added (``ranked``, ``reference``, ``target``, ``final``,
+    ``first_nonfinite``, ``clip_rate``, ``speed_vs_fp32``, the step aggregates, ``verdict``, ...). The one
+    scoring pass: on a seed whose FP32 run broke, every trial is scored and judged on its steps before that
+    step (:mod:`analysis.compute._fp32_break`). Trials not ranked (equivalents) keep NaN scores.
     """
     trials = load_trials(sweep_dir) if trials is None else trials.copy()
     trials = trials.reset_index(drop=True)
-    trials["ranked"] = ranked_trials(trials)
+    # a trial that broke on a bad batch is reported, not ranked: every configuration of its seed saw it
+    bad_batch = input_trials(read_faults(sweep_dir, list(trials["trial_id"])))
+    trials["ranked"] = ranked_trials(trials) & ~trials["trial_id"].isin(list(bad_batch))
     trials[MODEL], at_fp32 = _model(trials)
     trials[ARGS_PREFERENCE] = _args_preference(trials, swept_values(sweep_dir))
     trials["reference"] = _reference_mask(trials, at_fp32)

@@ -209,12 +209,8 @@ def _fp32_break_lines(rec: Recommendation, loss_placement_recorded: bool) -> lis
 def answer_lines(
     rec: Recommendation, ranking: pd.DataFrame, n_trials: int, loss_placement_recorded: bool
 ) -> tuple[str, ...]:
-    """The lines every output opens with: the first says what to do, or that FP32 itself breaks.
-
-    Built as a first line and a list after it, so a line that qualifies the
-    first (how far the answer held, say) goes in as ``after.insert(0, ...)``.
-    When FP32 broke (``rec.fp32_break``) the first line says so, whatever the
-    ranking recommends, and no line offers "keep FP32": FP32 is broken too.
+    """The lines every output opens with: the first says what to do, or, when FP32 broke, says so whatever
+    the ranking recommends (and no line offers "keep FP32": FP32 is broken too).
     """
     if rec.status == STATUS_NO_TRIALS:
         return (rec.headline,)
