@@ -33,7 +33,7 @@ def fp32_row(ranking: pd.DataFrame, best: pd.Series | None = None) -> pd.Series 
     return pool.sort_values("rank").iloc[0]
 
 
-def trials_of(row: pd.Series, scores: pd.DataFrame) -> pd.DataFrame:
+def _trials_of(row: pd.Series, scores: pd.DataFrame) -> pd.DataFrame:
     return scores[scores["trial_id"].isin(str(row["trial_ids"]).split())]
 
 
@@ -45,7 +45,7 @@ def _seed_steps(trials: pd.DataFrame) -> dict[Any, float]:
 
 def _held_past(row: pd.Series, scores: pd.DataFrame, breaks: dict[Any, float]) -> HeldPast | None:
     """How ``row`` did on the seeds where FP32 broke: stayed finite past that step on how many."""
-    trials = trials_of(row, scores)
+    trials = _trials_of(row, scores)
     trials = trials[trials["seed"].isin(list(breaks))]
     if trials.empty:
         return None
@@ -77,7 +77,7 @@ def fp32_break(ranking: pd.DataFrame, scores: pd.DataFrame) -> Fp32Break | None:
     fp32 = fp32_row(ranking)
     if fp32 is None or not int(fp32["n_diverged"]):
         return None
-    steps = _seed_steps(trials_of(fp32, scores))
+    steps = _seed_steps(_trials_of(fp32, scores))
     held = [
         h
         for _, row in ranking.iterrows()
