@@ -14,9 +14,10 @@ import pandas as pd
 from ampsweep.contracts import HorizonLog
 
 from ._model import KindAnalysis, Recommendation, SweepAnalysis
-from .compute._anomalies import by_cause, read_anomalies
+from .compute._anomalies import read_anomalies
 from .compute._configs import config_scores
 from .compute._criteria import RankContext
+from .compute._faults import Fault, read_faults
 from .compute._figure_data import figure_data
 from .compute._horizon import held_to_of
 from .compute._learning_rate import LearningRate, learning_rate_of
@@ -25,9 +26,9 @@ from .compute._rank import rank_configs
 from .compute._scores import fp32_reference, trial_scores
 from .compute._side_files import read_horizon, read_profile, read_search, read_spec_file
 from .wording._answer import answer_lines
+from .wording._causes import cause_lines, unlocalized_lines
 from .wording._code import recommendation_code
 from .wording._evidence import kind_recommendation
-from .wording._faults import unlocalized_lines
 from .wording._held import past_the_horizon
 from .wording._labels import label_columns
 
@@ -66,14 +67,15 @@ def _rank_kind(
     anomalies: pd.DataFrame,
     figures: bool,
     horizon: HorizonLog | None = None,
-    unlocalized: pd.DataFrame | None = None,
+    faults: list[Fault] | None = None,
 ) -> KindAnalysis:
     reference = fp32_reference(scores)
     ctx = RankContext(speed_decides=speed_decides(kind, scores))
     ranking = label_columns(rank_configs(config_scores(scores, anomalies), reference, ctx))
     recorded = bool(scores["loss_placement_recorded"].any())
     rec = kind_recommendation(ranking, scores, ctx, recorded, _learning_rate(sweep_dir))
-    rec.undecided += unlocalized_lines(unlocalized if unlocalized is not None else pd.DataFrame(), scores)
+    rec.undecided += unlocalized_lines(faults or [], scores)
+    rec.evidence["statements"] = [*cause_lines(faults or [], scores), *rec.evidence.get("statements", [])]
     return KindAnalysis(
         device_kind=kind,
         ranking=ranking,
@@ -116,8 +118,8 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     # judged against FP32 only up to where FP32 broke, on the seeds where it did (the search judges alike)
     scores = trial_scores(sweep_dir, trials)
     ranked = scores[scores["ranked"]]
-    read = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
-    anomalies, unlocalized = by_cause(read)
+    anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
+    faults = read_faults(sweep_dir, list(scores["trial_id"])) if inv.has_anomalies_dir else []
     kinds = [
         _rank_kind(
             sweep_dir,
@@ -126,7 +128,7 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
             anomalies,
             figures,
             horizon,
-            unlocalized,
+            faults,
         )
         for kind in sorted(set(ranked["device_kind"]))
     ]

@@ -58,3 +58,47 @@ def test_a_real_overflow_is_still_numerics_and_names_its_cell():
     result = run_trial(config, workload, cache=graphs)
     (row,) = diagnose(result, workload, None, graphs).to_pylist()
     assert row["cause"] == NUMERICS and row["cell"] is not None
+
+
+def _fault(root, trial_id: str, rows: list[dict]) -> None:
+    from tests.test_analysis import write_table
+
+    write_table(root, "anomalies", trial_id, {k: [row.get(k) for row in rows] for k in rows[0]})
+
+
+def test_the_report_names_a_bad_batch_a_rerun_and_a_suspect_device_and_ranks_no_bad_batch(tmp_path):
+    """Synthetic tables: seed 1's diverging trial broke on a bad batch (not ranked, named with its step and
+    place); two completed trials had a NaN that did not reproduce on node n7, device 3, and their reruns
+    trained to the end (named, with the device as a suspect)."""
+    from ampsweep import analysis
+    from tests.test_analysis import build_ranked_sweep
+
+    root = tmp_path / "unit-sweep"
+    build_ranked_sweep(root)
+    note = "item 0 of the batch at step 50, index [3, 0] held a non-finite value before the network saw it"
+    _fault(
+        root, "div1", [{"kind": "nonfinite", "cause": INPUT, "replay_step": 50, "note": note, "attempt": 1}]
+    )
+    for trial in ("inband0", "tiny2"):
+        first = {
+            "kind": "nonfinite",
+            "cause": NOT_REPRODUCED,
+            "replay_step": 20,
+            "note": "exact rerun finite",
+        }
+        _fault(root, trial, [{**first, "attempt": 1, "node": "n7", "device_id": "3"}])
+    a = analysis.analyze(root)
+    scores = a.scores.set_index("trial_id")
+    assert not scores.loc["div1", "ranked"] and scores.loc["div0", "ranked"], (
+        "a bad batch is reported, not ranked"
+    )
+    text = analysis.render_markdown(a)
+    evidence = text.split("### Evidence")[1].split("\n### ")[0]
+    assert f"A bad batch, not the precision: {note}, in O3 · no clip · seed 1" in evidence, evidence
+    assert (
+        "The NaN of O2 · FP32: CustomNorm · clip 1.0 · seed 0 at step 20 on node n7, device 3 did not reproduce on "
+        "replay, and a rerun on node n0, device 0 trained to the end: a device or transfer fault, not numerics. "
+        "The ranking uses the rerun."
+    ) in evidence, evidence
+    assert "Suspect device: node n7, device 3: 2 NaNs there did not reproduce on replay" in evidence
+    assert "avoid_devices: ['n7:3']" in evidence

@@ -22,8 +22,8 @@ TABLE = "anomalies"
 _AGREE_ON = ("cell", "cell_class", "phase", "kind")
 
 
-def read_anomalies(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
-    """The anomaly rows of the given trials, with a ``trial_id`` column (empty if none)."""
+def anomaly_rows(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
+    """Every anomaly row of the given trials, with a ``trial_id`` column (empty if none)."""
     loc = resolve(sweep_dir)
     frames = []
     for trial_id, paths in files_by_trial(loc, TABLE, set(trial_ids)).items():
@@ -36,19 +36,18 @@ def read_anomalies(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
     columns = ["trial_id", *ANOMALIES_SCHEMA.names]
     if not frames:
         return pd.DataFrame({c: pd.Series([], dtype="object") for c in columns})
-    out = pd.concat(frames, ignore_index=True).reindex(columns=columns)
-    # the first Cell caught per trial is the culprit; later rows are consequences
-    out = out.sort_values(["trial_id", "replay_step"], kind="stable", na_position="last")
-    return out.drop_duplicates("trial_id", keep="first").reset_index(drop=True)
+    return pd.concat(frames, ignore_index=True).reindex(columns=columns)
 
 
-def by_cause(anomalies: pd.DataFrame | None) -> tuple[pd.DataFrame | None, pd.DataFrame]:
-    """The rows that name a Cell (cause ``numerics``, or none recorded: older sweeps) and the others
-    (a localization that failed), which no configuration is judged by."""
-    if anomalies is None:
-        return None, pd.DataFrame({"trial_id": [], "note": []})
-    named = anomalies["cause"].isna() | (anomalies["cause"] == NUMERICS)
-    return anomalies[named].reset_index(drop=True), anomalies[~named].reset_index(drop=True)
+def read_anomalies(sweep_dir: str | Path, trial_ids: list[str]) -> pd.DataFrame:
+    """Each trial's culprit: the row that names a Cell (cause ``numerics``, or none recorded: older
+    sweeps) of its last run, the first Cell caught (later rows are consequences). Rows of other causes
+    are faults (``analysis.compute._faults``), which no configuration is judged by."""
+    out = anomaly_rows(sweep_dir, trial_ids)
+    out = out[out["cause"].isna() | (out["cause"] == NUMERICS)]
+    attempt = pd.to_numeric(out["attempt"], errors="coerce").fillna(1)
+    out = out.assign(_attempt=-attempt).sort_values(["trial_id", "_attempt", "replay_step"], kind="stable")
+    return out.drop_duplicates("trial_id", keep="first").drop(columns="_attempt").reset_index(drop=True)
 
 
 def _median(values: pd.Series) -> float | None:

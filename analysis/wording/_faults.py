@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
 from ampsweep.contracts import Configuration, dtype_name, num, pct
 
 from .._model import Localization
@@ -27,18 +25,6 @@ _OUT_OF_DOMAIN = {"sqrt": "a negative input", "log": "an input at or below zero"
 def trial_label(row: Any) -> str:
     """A trial as the report names it: 'O2 · no clip · seed 0'."""
     return Configuration.from_row(row).trial_name(row["seed"])
-
-
-def unlocalized_lines(rows: pd.DataFrame, scores: pd.DataFrame) -> list[str]:
-    """'O2 · no clip · seed 1: localization failed on rank 1 of 2: RuntimeError: ...', one per trial."""
-    if rows.empty:
-        return []
-    trials = scores.set_index("trial_id")
-    return [
-        f"{trial_label(trials.loc[trial_id])}: {note}"
-        for trial_id, note in zip(rows["trial_id"], rows["note"])
-        if trial_id in trials.index
-    ]
 
 
 def dtype_words(text: str) -> str:
