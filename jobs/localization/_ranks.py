@@ -135,11 +135,7 @@ def _nonfinite(
     )
     early = replay.steps_on(compiled, first)
     if early is not None:  # the graph broke before the trial did: look from that step, from the start again
-        together(
-            group,
-            step=-1,
-            work=lambda: _restarted(replay, config, workload_ref, limit, start, compiled, graphs),
-        )
+        together(group, lambda: _started(config, workload_ref, limit, start, compiled, graphs, group, replay))
         replay.steps_on(compiled, early)
         first = early
     probe = replay.attach(CellProbe(backward=True))
@@ -180,23 +176,15 @@ def _started(
     compiled: CompiledStep,
     graphs: GraphCache | None,
     group: RankGroup,
+    replay: Replay | None = None,
 ) -> Replay:
-    replay = Replay(config, workload_ref, steps, start, group)
+    """A replay at the trial's start: built, or ``replay`` restarted (its network and optimizer kept)."""
+    if replay is None:
+        replay = Replay(config, workload_ref, steps, start, group)
+    else:
+        replay.restart(config, workload_ref, steps, start)
     _starting(replay, compiled, graphs, workload_ref)
     return replay
-
-
-def _restarted(
-    replay: Replay,
-    config: TrialConfig,
-    workload_ref: str,
-    steps: int,
-    start: Mapping[str, Any] | None,
-    compiled: CompiledStep,
-    graphs: GraphCache | None,
-) -> None:
-    replay.restart(config, workload_ref, steps, start)
-    _starting(replay, compiled, graphs, workload_ref)
 
 
 def _fp32_twin(
