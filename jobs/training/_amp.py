@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ampsweep.amp import keep_in_float32, listed_cells, outermost
-from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL
+from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL, LOSS_INSIDE
 
 
 def fp32_cells_mechanism(level: str, black_list: Sequence[Any]) -> str | None:
@@ -53,7 +53,7 @@ def fp32_part(
     if level == FP32_LEVEL or not classes:
         return Fp32Part()
     found = listed_cells(network, classes)
-    if loss_placement == "inside":
+    if loss_placement == LOSS_INSIDE:
         found += [("loss_fn" + (f".{p}" if p else ""), c) for p, c in listed_cells(loss_fn, classes)]
     by_path = dict(found)
     paths = outermost(list(by_path))

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from mindspore import nn
 
+from ampsweep.contracts import LOSS_OUTSIDE
+
 if TYPE_CHECKING:  # O1's rewrite imports this file as a top-level module: no relative import at run time
     from ._amp import Fp32Part
 
@@ -46,6 +48,6 @@ def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> tuple[NetworkWith
 
     black_list = resolve_black_list(config.black_list, known_layer_types([network, loss_fn]))
     part = fp32_part(network, loss_fn, config.amp_level, black_list, config.loss_placement)
-    if config.loss_placement == "outside":
+    if config.loss_placement == LOSS_OUTSIDE:
         return NetworkWithLoss(apply_amp(network, config.amp_level, black_list, config.dtype), loss_fn), part
     return apply_amp(NetworkWithLoss(network, loss_fn), config.amp_level, black_list, config.dtype), part
