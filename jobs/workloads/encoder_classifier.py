@@ -1,32 +1,7 @@
 """A classifier built from MindSpore's own ``nn.TransformerEncoderLayer``, whose attention scores overflow float16.
 
-The model is what a user writes for sequences of sensor readings: a
-``nn.Dense`` embedding of each time step's features, one
-``nn.TransformerEncoderLayer`` (post-norm, ``batch_first``, no dropout, with
-``nn.MultiheadAttention`` inside), a mean over time and a ``nn.Dense`` head,
-trained with ``nn.SoftmaxCrossEntropyWithLogits`` and Adam. The features are
-fed unnormalised, in the hundreds (``scale``), as raw sensor readings often are.
-Every Cell is MindSpore's; nothing of ours runs inside the network.
-
-Why float16 breaks, with no injected NaN and no branch on the AMP level:
-each layer before the attention is linear in the input's scale, so their
-outputs stay far inside float16's range. The attention scores ``q·k`` are
-products of two such projections: they grow with the square of the scale.
-At ``scale=300`` they pass 65504 in float16 on the first batch, the softmax
-of ``inf`` is NaN, and under O2 the loss is NaN from step 0 on every seed
-(measured 2026-12-06, MindSpore 2.10, CPU: seeds 0, 1, 2; the threshold is
-steep: at ``scale=170`` the first NaN came at steps 50 / 275 / 66, at 260
-on step 0). FP32 trains (loss 1.2-1.5 → below 0.01 in 300 steps).
-
-The minimal answer is one MindSpore class: keeping ``MultiheadAttention``
-in FP32 trains under O2 and O3 on every seed. Keeping the whole
-``TransformerEncoderLayer`` in FP32 trains too, but runs its feed-forward
-Dense layers in FP32 for nothing. ``[Dense]`` does not help:
-``MultiheadAttention`` computes its projections from ``in_proj_weight`` and
-``out_proj.weight`` itself, without calling a Dense. ``[LayerNorm]`` does not
-help either (it is on O2's default black list already). O1 trains, because
-its rewrite casts only white-listed Cells and leaves the attention's
-functional matmuls in float32.
+The scores grow with the square of the unnormalised input's scale; what fails,
+why, and the measurements: docs/workloads.md (``encoder_classifier``).
 """
 
 from __future__ import annotations
@@ -82,7 +57,7 @@ def make(
     scale: float = 300.0,
     learning_rate: float = 1e-3,
 ) -> Workload:
-    """The workload factory (see the module docstring for what fails and why)."""
+    """The workload factory (docs/workloads.md says what fails and why)."""
     return Workload(
         network=EncoderClassifier(features, width, heads, feedforward, classes),
         loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),

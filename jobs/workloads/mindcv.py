@@ -1,19 +1,7 @@
 """A model of realistic shape: a mindcv image classifier (resnet18 by default) on synthetic images.
 
-The small built-in workloads show a float16 failure clearly but are dispatch
-bound: their step is a few milliseconds of tiny kernels. This one is what a
-vision user trains: ``mindcv.create_model(model, pretrained=False)`` (mindcv
-0.3.0, built offline, weights from the seed), MindSpore's sparse softmax cross
-entropy, momentum SGD, and batches of ``batch`` × 3 × ``image`` × ``image``
-images. It is for measuring ampsweep's cost on a real network (the capture and
-sweep benchmarks), not for a float16 failure: resnet18 trains under O2.
-
-The images are synthetic and deterministic per seed: each class has its own
-mean image (a low-frequency pattern) and every sample adds Gaussian noise, so
-the loss falls as the network learns. About 1.3 s a step at batch 8, 32×32 on
-one CPU core; the first step compiles for ~8 s.
-
-Needs the ``models`` extra: ``pip install -e '.[models]'`` (``mindcv==0.3.0``).
+For measuring ampsweep's cost on a real network, not a float16 failure: docs/workloads.md
+(``mindcv``). Needs the ``models`` extra (``mindcv==0.3.0``).
 """
 
 from __future__ import annotations

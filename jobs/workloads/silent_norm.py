@@ -1,30 +1,7 @@
 """A classifier that fails *silently* under O2: finite loss, stuck at chance.
 
-The model is what a user writes for sensor data logged in raw units: the
-features arrive in the thousands (pressures in Pa, counts, byte sizes), and a
-hand-written layer normalization ``FeatureNorm`` after the first ``Dense`` is
-meant to bring them to unit scale. It uses the careful two-pass formula,
-``mean((x - mean(x))**2)``, not the one-pass ``E[x^2] - E[x]^2`` that breaks
-seed_repro; then ``Dense -> GELU -> Dense`` and
-``nn.SoftmaxCrossEntropyWithLogits``.
-
-Why float16 fails, with no injected NaN and no branch on the AMP level: the
-first layer's outputs spread over several hundred, so their squared deviations
-are ~1e5 to 1e6. float16 ends at 65504: the squares overflow to ``inf``, the
-variance of every row is ``inf``, ``sqrt(inf)`` is ``inf`` and ``x / inf`` is
-exactly 0. ``FeatureNorm``'s output is ``0 * gamma + beta``, the same for
-every example: no NaN anywhere, the loss stays finite, and the network can
-only learn the class prior, so the loss sits at ``ln 10 = 2.30``. The
-gradient through a division by ``inf`` is exactly 0 too, so the first layer
-never moves to a range where the squares would fit. O2 casts ``FeatureNorm``
-because MindSpore's default black list only knows ``nn.BatchNorm*`` and
-``nn.LayerNorm``. In FP32 the squares are harmless and the model learns to a
-loss well below 1 within ~100 steps.
-
-Keeping ``FeatureNorm`` in FP32 (``black_list=[FeatureNorm]``) fixes it; its
-output is unit-scale and float16 carries it fine from there. (In the model's
-own code the fix is to use ``nn.LayerNorm``, which O2 keeps in FP32, or to
-scale the inputs.)
+Its hand-written norm's squared deviations overflow float16, so it divides by
+``inf`` and outputs a constant; what fails and why: docs/workloads.md (``silent_norm``).
 """
 
 from __future__ import annotations
@@ -88,7 +65,7 @@ def make(
     learning_rate: float = 3e-3,
     feature_scale: float = 1000.0,
 ) -> Workload:
-    """The workload factory (see the module docstring for what fails and why)."""
+    """The workload factory (docs/workloads.md says what fails and why)."""
     return Workload(
         network=SensorNet(FEATURES, hidden, CLASSES),
         loss_fn=nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),

@@ -1,89 +1,9 @@
 """A Llama-style decoder whose precision is set by mindformers' own config fields; O2 breaks it in RMSNorm.
 
-The model has mindformers' Llama shape and names, small: ``tok_embeddings``
-(``nn.Embedding``), ``layers`` of ``attention_norm -> attention -> residual,
-ffn_norm -> feed_forward -> residual``, a final ``norm`` and ``lm_head``.
-Every projection is an ``nn.Dense`` without bias; the attention is causal and
-multi-head, with rotary position embedding on queries and keys; the feed-forward
-is SwiGLU (``w2(silu(w1 x) * w3 x)``). ``RMSNorm`` is a Cell of ours: MindSpore
-has no RMSNorm layer in ``nn``, and ``ops.rms_norm`` has no CPU kernel in 2.10
-("The kernel RmsNorm unregistered") nor in 2.7.0 ("Not found op ... RmsNorm
-on device CPU"). It trains on
-next-token cross-entropy over a deterministic synthetic token stream: a
-seeded Markov chain in which every token has two equally likely successors,
-so the best possible loss is ln 2 = 0.69.
-
-Its keyword arguments are mindformers' dtype fields, with mindformers' casts:
-
-- ``compute_dtype``: the ``nn.Dense`` layers compute in it (``to_float``), and
-  the embedding's output is cast to it, so the residual stream carries it.
-- ``layernorm_compute_type``: RMSNorm casts its input to it for the mean of
-  squares and the reciprocal square root; the scale factor is cast back.
-- ``softmax_compute_type``: the scaled and masked attention scores are cast
-  to it for the softmax; the probabilities are cast back.
-- ``rotary_dtype``: queries and keys are cast to it for the rotation.
-
-Each takes ``"float16"``, ``"float32"`` or ``"bfloat16"`` (bfloat16 has no CPU
-kernels in MindSpore). ``None``, the default, casts nothing: that part
-computes in the dtype that reaches it, float32 under O0 and float16 under
-O2. So under O0 with the defaults this is a true FP32 model, and O2 with the
-defaults is what AMP alone does to it. An explicit ``"float32"`` holds under
-O2 where the step is compiled (``mindspore.jit``, as ampsweep's trials are):
-AMP casts a Cell's inputs, not what its ``construct`` casts itself. In
-PyNative it does not: an O2-cast RMSNorm with float32 statistics returns 0
-for a row of 300s in PyNative (float16's ``300^2`` is inf) and 1 under jit.
-``compute_dtype`` does not hold under O2: O2's ``to_float(float16)`` on the
-whole network overrides the Dense layers' own ``to_float`` (their outputs
-are float16).
-
-Why float16 breaks, with no injected NaN and no branch on the AMP level:
-``nn.Embedding`` initialises its table with MindSpore's default, a normal
-distribution of standard deviation 0.01 (as mindformers' ``LlamaEmbedding``
-does with its default ``init_method_std``). The first RMSNorm sees rows whose
-root mean square is about 0.01. Its forward is fine in float16 (the scale
-factor ``rsqrt(mean(x^2))`` is about 100), but the backward of ``rsqrt`` is
-``-0.5 * rsqrt(m)^3``, about -5e5, past float16's 65504. The gradient of the
-embedding table is NaN at step 0 and the loss is NaN from step 1 on. Alone,
-the fp16 RMSNorm's gradient is non-finite for inputs of standard deviation
-0.03 and below, finite from 0.05 up: the default initialisation is three
-times below that edge.
-
-Measured with ``run_trial`` (MindSpore 2.10, CPU, jit; float16, no loss
-scaling, no clip, ``abort_after`` 10, 200 steps; "loss" is the mean of the
-last 20 steps, the target 1.0 is reached where the 20-step mean first drops
-below it):
-
-- O0, defaults (FP32): trains on seeds 0 / 1 / 2, from 4.27-4.34 to
-  0.801 / 0.802 / 0.775; the target at steps 94 / 100 / 92.
-- O2, defaults: the loss is NaN from step 1 on seeds 0, 1, 2.
-- O2, ``layernorm_compute_type="float32"``: trains like O0 on seeds 0-2
-  (0.801 / 0.802 / 0.775, the target at the same steps; the per-step losses
-  differ from O0's by at most 0.001 over the first 30 steps).
-- O2, ``softmax_compute_type="float32"``, and O2, ``rotary_dtype="float32"``:
-  NaN from step 1 (seed 0), as with the defaults.
-- O0, ``compute_dtype="float16"`` (mindformers' way, no AMP; the residual
-  stream and so the norms' inputs are float16): NaN from step 1 on seeds
-  0-2; with ``layernorm_compute_type="float32"`` as well it trains like FP32
-  (0.801 / 0.802 / 0.775, the target at steps 94 / 100 / 92).
-- O0, ``layernorm_compute_type="float16"``: NaN from step 1 (seed 0).
-- O2, defaults, ``clip=1.0``: NaN from step 1 on seeds 0-2 (a NaN gradient
-  has a NaN norm).
-- O2, defaults, ``loss_scale`` ``dynamic`` or ``static:1024`` (seed 0): no
-  NaN, but no training either: every step's gradient overflows, so every
-  update is skipped and the loss stays at 4.27 for 200 steps.
-
-On MindSpore 2.7.0 (seed 0, 60 steps) the same: O2 and O0 with
-``compute_dtype="float16"`` are NaN from step 1; O0, O2 with
-``layernorm_compute_type="float32"`` and O0 with both fields train (1.401
-over the last 10 steps, each).
-
-So the answer is ``layernorm_compute_type: float32``: only the statistics of
-the five RMSNorms compute in float32; the Dense layers, the attention and
-the feed-forward stay in float16.
-
-``start_step``: batch ``n`` is drawn from its own generator, seeded with
-``(seed, n)``, so a factory called with ``start_step=N`` first yields the
-batch that a run from step 0 trains on at step N.
+The backward of the first RMSNorm's ``rsqrt`` overflows float16 on an embedding
+initialised as MindSpore and mindformers do; ``layernorm_compute_type: float32`` fixes
+it. The fields, the measurements and why: docs/mindformers.md (The built-in example).
+``RMSNorm`` is our own: ``ops.rms_norm`` has no CPU kernel (FACTS).
 """
 
 from __future__ import annotations
@@ -319,7 +239,7 @@ def make(
     learning_rate: float = 1e-3,
     start_step: int = 0,
 ) -> Workload:
-    """The workload factory (see the module docstring for the fields, what fails and why)."""
+    """The workload factory (docs/mindformers.md says what the fields mean, what fails and why)."""
     given = {
         "compute_dtype": compute_dtype,
         "layernorm_compute_type": layernorm_compute_type,

@@ -1,21 +1,6 @@
 """A classifier whose gradients underflow float16: the loss carries a tiny weight.
 
-The model is an ordinary ``Dense -> GELU -> Dense -> GELU -> Dense`` classifier;
-what a user does to it is weight the loss: a sum over tokens divided by a
-large token count, or a term mixed into a bigger objective with a small
-coefficient (``loss_weight``, default 1e-6). Adam divides the scale out again,
-so in FP32 the model learns as it would unweighted.
-
-Why float16 fails, with no NaN anywhere: the gradient of the weighted loss
-with respect to the logits is ``loss_weight * (softmax - onehot) / batch``,
-around 1e-8, below float16's smallest subnormal (2^-24 = 6e-8). Under O2 the
-backward pass runs in float16, those values flush to exactly zero, every
-parameter's gradient is zero, and the network never moves: the loss stays at
-chance, ``loss_weight * ln 10``. No black list helps (every Dense is cast, and
-keeping one in FP32 still leaves the float16 gradients flowing into it zero).
-A loss scale fixes it: ``static:65536`` lifts the gradients into float16's
-range and the unscaled update is what FP32 does. The target loss is half of
-chance, in the loss's own units.
+No black list helps, a loss scale does; what fails and why: docs/workloads.md (``tiny_loss``).
 """
 
 from __future__ import annotations
@@ -62,7 +47,7 @@ def make(
     learning_rate: float = 3e-3,
     loss_weight: float = 1e-6,
 ) -> Workload:
-    """The workload factory (see the module docstring for what fails and why)."""
+    """The workload factory (docs/workloads.md says what fails and why)."""
     return Workload(
         network=Classifier(FEATURES, hidden, CLASSES),
         loss_fn=WeightedLoss(loss_weight),

@@ -1,41 +1,6 @@
-"""A tiny decoder-only transformer whose hand-written softmax overflows in float16.
+"""A tiny decoder-only transformer whose hand-written softmax overflows float16.
 
-The model is a small GPT: token embedding plus learned positions, one
-pre-norm block (``nn.LayerNorm``, two-head causal self-attention, a GELU
-MLP), a final ``nn.LayerNorm`` and a vocabulary head, trained for next-token
-prediction with ``nn.SoftmaxCrossEntropyWithLogits`` on the flattened logits.
-The attention weights come from ``NaiveSoftmax``, the textbook
-``exp(s) / sum(exp(s))``, without subtracting the row maximum first. The
-data are random 4-token motifs repeated along each sequence, so every token
-after the first motif can be copied from 4 positions back.
-
-Why float16 breaks, with no injected NaN and no branch on the AMP level:
-copying one position out of up to 16 rewards attention that is close to
-one-hot, so training drives the score of the attended position from about 2
-at initialisation to 15-20 within 30-50 steps. Without the max subtraction
-``exp`` sees those scores directly. In float32 that is harmless (``exp``
-overflows only past 88). In float16 (O2 casts ``NaiveSoftmax`` because
-MindSpore's default black list only knows ``nn.BatchNorm*`` and
-``nn.LayerNorm``; O3 casts everything) ``exp`` overflows 65504 past 11.09;
-the row sum is then ``inf`` too and ``inf / inf`` is NaN. GELU passes the
-NaN on (ReLU would hide it as zeros), the loss turns NaN after 20-40 steps
-and stays NaN, because the NaN gradients have reached the weights. Keeping
-LayerNorm or the loss in FP32 does not help: the overflow is in the
-attention. O1 trains, because it only casts the white list (Dense and the
-matmuls) and the ``exp`` stays in FP32.
-
-Keeping ``NaiveSoftmax`` in FP32 (``black_list=[NaiveSoftmax]``) fixes it:
-the scores may still be computed in float16, whose range is far beyond 20;
-only ``exp`` needs float32's range. Black-listing ``Attention`` works too, at
-the cost of running its matmuls in FP32. (In the model's own code the fix is
-the max subtraction that ``ops.softmax`` does.)
-
-The learning rate halves every 100 steps. With a constant rate Adam's
-normalised steps keep sharpening the attention after the loss has converged,
-and on some seeds the scores run past 88 within 300 steps even in FP32; the
-decay bounds how far the weights can move, so in FP32 the largest score stays
-below about 22 for at least 600 steps. The loss cannot fall below
-``3/16 * ln 32 = 0.65``: the first three targets of each sequence are random.
+What fails, why, and why the learning rate decays: docs/workloads.md (``tiny_transformer``).
 """
 
 from __future__ import annotations
@@ -144,9 +109,9 @@ def make(
     learning_rate: float = 1e-2,
     half_life: int = 100,
 ) -> Workload:
-    """The workload factory (see the module docstring for what fails and why)."""
+    """The workload factory (docs/workloads.md says what fails and why)."""
 
-    def optimizer(params: list) -> nn.Adam:
+    def optimizer(params: list) -> nn.Adam:  # the decay keeps FP32's scores far below 88 (docs/workloads.md)
         return nn.Adam(params, learning_rate=nn.ExponentialDecayLR(learning_rate, 0.5, half_life))
 
     return Workload(
