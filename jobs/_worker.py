@@ -57,7 +57,7 @@ class TrialWorker:
         )
 
         from .training._snapshot import Snapshots
-        from .training._trainer import GraphCache
+        from .training._step import GraphCache
 
         self.graphs = GraphCache()
         #: the snapshots this actor's trials started from, decoded once each

@@ -1,22 +1,8 @@
 """``ampsweep profile``: one FP32 run with hooks that rates each Cell's float16 risk.
 
-Before a sweep, a user wants to know which layers float16 will hurt and
-whether a loss scale is needed, without paying for the grid. This trains the
-spec's workload at O0 (from step 0, or where the spec's ``start_from`` puts
-its trials) in PyNative, and on about :data:`SAMPLES` evenly spread steps
-records, per real Cell:
-
-- the max |x| of its outputs *and* of what the ops inside it computed: while
-  a Cell's ``construct`` runs, the ``mindspore.ops`` functions of
-  :data:`~._inside.INNER_OPS` (and the matching ``Tensor`` methods and
-  operators) report their output to the innermost Cell running, so a softmax
-  whose ``exp`` passes 65504 is seen although its output stays <= 1;
-- the max |x| of the gradients w.r.t. its inputs, and the share of those
-  below float16's smallest subnormal (2^-24) that are not exactly zero (an
-  FP32 zero, a ReLU's, is no underflow).
-
-The steps between samples run compiled and without hooks (as a trial's do),
-so the cost stays about one FP32 trial plus ~16 PyNative steps.
+What it measures and how it rates a Cell: docs/cli.md (profile). The steps
+between the :data:`SAMPLES` hooked PyNative steps run compiled and without
+hooks, as a trial's do, so it costs about one FP32 trial.
 """
 
 from __future__ import annotations

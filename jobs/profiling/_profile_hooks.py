@@ -1,12 +1,9 @@
 """The hooks of ``ampsweep profile``: what each Cell's values reached, ops inside it included.
 
 A forward pre-hook pushes a Cell on a stack and its forward hook pops it, so
-while a Cell's ``construct`` runs the watched ops (:class:`Watched`) report
-their output to the innermost Cell running: a softmax's ``exp`` counts for the
-softmax, not for the ``Dense`` before it nor for the network around it. A
-backward hook records the gradients w.r.t. the Cell's inputs. The hooks are
-attached for a sampled PyNative step only (``jobs.profiling._profile``), never while the
-compiled steps between samples run.
+the watched ops (:class:`Watched`) report to the innermost Cell running: a
+softmax's ``exp`` counts for the softmax, not for the ``Dense`` before it.
+The hooks are attached for a sampled PyNative step only.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """A rank of a data-parallel trial: its part of each global batch, and what the ranks share.
 
-A trial on N devices runs as the user's own N-device data-parallel job does:
-the batch the workload yields is the *global* batch, rank r trains on part r
-of it (split evenly along the first axis), the gradients are averaged across
-the ranks before the global-norm clip, so the clip sees the norm of the
-averaged gradients, and the loss the tables record is the mean over the ranks.
-
-The process joins its group once (``join_group``: MindSpore's
-``communication.init()`` runs once per process); the actor keeps the group
-and hands it to the trainer, the step and the replays as an argument. Without
-one a process is a single device, and its step is traced exactly as before: no
-collective appears in its graph, so devices == 1 computes the same bits.
-
-The overflow flag needs no collective of its own: it is read from the norm of
-the averaged gradients, and a non-finite gradient on any rank makes that sum
-non-finite on every rank, so one rank's overflow skips the step on all of
-them, as MindSpore's ``TrainOneStepWithLossScaleCell`` does with its
-all-reduced flag.
+What a trial on N devices computes (each rank's part of the global batch,
+gradients averaged before the clip, one rank's overflow skipping the step on
+all): docs/large-models.md. The process joins its group once
+(``communication.init()`` runs once per process) and hands it on as an
+argument; without one no collective enters the step, so devices == 1
+computes the same bits.
 """
 
 from __future__ import annotations

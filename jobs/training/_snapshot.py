@@ -1,19 +1,11 @@
 """Where a forked trial starts: a snapshot of network and optimizer, as a MindSpore checkpoint.
 
-A snapshot is the file ``ModelCheckpoint`` writes during ``Model.train``: the
-network's parameters and the optimizer's state under their plain names (for
-Adam ``fc1.weight``, ``moment1.fc1.weight``, ``moment2.fc1.weight``,
-``beta1_power``, ``beta2_power``, ``global_step``, ...). The FP32 prefix a
-sweep runs itself is saved in the same form, so one loader serves both: the
-user's own checkpoint and ``start_from: {steps: N}``.
-
-Loading is by name into the workload's freshly built network and optimizer
-(FACTS: ``load_param_into_net(net, d)`` then ``load_param_into_net(opt, d)``).
-Snapshots travel as bytes (the driver puts them in Ray's object store), so a
-worker on another node never needs the driver's disk; the worker decodes each
-once (:class:`Snapshots`) and hands the parameters to the trial as an
-argument. A trial's own end snapshot also carries its loss scaler
-(``loss_scaler.*``), so a continuation keeps the scale (:func:`continue_scaler`).
+A snapshot is the file ``ModelCheckpoint`` writes (docs/late-divergence.md); the
+FP32 prefix a sweep runs is saved in the same form, so one loader serves both.
+Loading is by name (FACTS: ``load_param_into_net(net, d)`` then ``(opt, d)``).
+Snapshots travel as bytes through Ray's object store, so a worker on another
+node never needs the driver's disk; a trial's own end snapshot also carries
+its loss scaler, so a continuation keeps the scale.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """What a trial starts from, kept per seed by a worker: the initial values and the converted batches.
 
-A worker runs many trials of each seed (every clip threshold, black list and
-loss placement of a sweep shares the seeds). Each used to call the workload
-factory again, build a second network and optimizer to read the starting
-values from, and convert its batches to Tensors step by step: ~30 ms a
-seed_repro trial on one CPU core, a twentieth of its steps. The factory is
-deterministic in its seed and arguments (the trial id relies on it, and so
-does ``GraphCache``'s reuse of a compiled graph), so the worker builds each
-start once and keeps it: the network's and the optimizer's initial values as
-NumPy arrays, and the trial's batches as Tensors, the very objects a fresh
-build would convert (the jit step only reads its inputs).
-
-Only plain iterables of batches are kept: a ``mindspore.dataset`` pipeline
-may reshuffle per epoch from state outside the factory. A start larger than
-the byte budget is never kept; older starts give way to newer ones.
+Building them per trial (the factory, a second network and optimizer to read
+the values from, the batches converted step by step) costs ~30 ms a seed_repro
+trial on one CPU core, a twentieth of its steps. The factory is deterministic
+in its seed and arguments (the trial id and ``GraphCache`` rely on it), so
+each start is built once; the kept batches are the very Tensors a fresh build
+would convert (the jit step only reads its inputs). Only plain iterables are
+kept: a ``mindspore.dataset`` pipeline may reshuffle per epoch from state
+outside the factory.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The compiled training step of one graph, and the cache that reuses it across trials.
 
-Each graph compiles one step over its parameters, optimizer and loss scaler.
-It returns only what the ``steps`` table needs and leaves the step's
-gradients on the device; on every ``layer_every``-th step a small compiled
-function, shared by all graphs of the process, reads them for the
-per-parameter statistics of the ``layers`` table. It only reads, so which
-steps were sampled never changes the trajectory, and a graph costs one
-compile per worker, not two.
-
-A worker keeps one ``CompiledStep`` per graph and, per trial, only loads the
-trial's starting values into it (``load``); ``GraphCache`` also keeps each
-seed's starting values and converted batches (``jobs.training._starts``), so a trial
-on a graph the worker already holds builds nothing.
+The lean step, its sampled statistics and the reuse of a graph across trials:
+docs/internals.md (The compiled step and its reuse).
 """
 
 from __future__ import annotations
@@ -76,13 +66,8 @@ def training_state(loss_cell: Any, optimizer: Any, scaler: Any) -> dict[tuple[st
 
 
 def initial_state(config: TrialConfig, fresh: Workload) -> dict[StateKey, np.ndarray]:
-    """The values a fresh process starts this trial from, read from a freshly built workload.
-
-    The factory's own initialisation for this seed (the network before any
-    cast), a new optimizer over it and a new loss scaler. ``load`` puts them
-    into a compiled graph; ``jobs.training._starts`` keeps the network's and the
-    optimizer's per seed, so a later trial of that seed need not build them.
-    """
+    """The values a fresh process starts this trial from: the factory's network before any cast, a new
+    optimizer over it and a new loss scaler, read from a freshly built workload."""
     from ._loss_cell import NetworkWithLoss
 
     source_optimizer = fresh.optimizer(fresh.network.trainable_params())
@@ -170,15 +155,10 @@ class CompiledStep:
       with a tuple output costs ~7 ms more per call than one with a single
       tensor on the CPU backend, about three steps of seed_repro.
 
-    Before the buffers, sampled steps ran a second compiled variant of the
-    whole step, which doubled each graph's compile (seed_repro on one CPU
-    core: 2.8 s for both variants, 1.6 s now); the copy costs a few percent
-    of a step. ``compiled`` says which kinds of step have run (the first
-    ``step`` or ``sampled`` call compiles).
-
-    One instance serves every trial of its graph: ``load`` (or ``reset``)
-    puts a trial's starting state into the compiled graph instead of
-    rebuilding it.
+    The buffers cost a few percent of a step; a second compiled variant of
+    the whole step instead doubled each graph's compile (seed_repro, one CPU
+    core: 2.8 s against 1.6 s). ``compiled`` says which kinds of step have run.
+    One instance serves every trial of its graph (``load``).
     """
 
     def __init__(self, config: TrialConfig, workload: Workload, group: RankGroup | None = None) -> None:
@@ -267,9 +247,6 @@ class CompiledStep:
                 loss = ops.depend(loss, optimizer(clipped_grads))
             return ops.stack([loss.astype(mstype.float32), norm, finite.astype(mstype.float32), scale])
 
-        # The last step's gradients stay on the device, flat in float32, for the sampled
-        # statistics (``sampled_vector``): copying them each step costs far less than a
-        # second compiled variant of the whole step, which doubled every graph's compile.
         # One flat buffer: an assign per parameter cost seed_repro ~7 % of a step.
         grad_buffer, squares_buffer = _gradient_buffers(int(sum(self.layer_sizes)), n_params)
 
@@ -292,15 +269,12 @@ class CompiledStep:
         self.load(initial_state(config, fresh))
 
     def load(self, source: dict[StateKey, np.ndarray]) -> None:
-        """Load a trial's starting values (``initial_state``) into the compiled graphs.
+        """Load a trial's starting values (``initial_state``) into the compiled graphs, in place.
 
-        Each value is assigned in place with an eager ``ops.assign``: the
-        compiled graphs read the same Parameter memory, so they start from it.
-        (``set_data`` swaps the Parameter's tensor and does not reach a graph
-        already compiled.) An assignment graph compiled with ``jit`` cost each
-        (worker, graph) pair a compile of 0.1-0.3 s on a CPU core for the same
-        per-call time as the eager ops (about 1-2 ms for seed_repro's 34
-        tensors).
+        ``set_data`` would not reach a compiled graph (docs/internals.md); an
+        assignment graph compiled with ``jit`` costs each (worker, graph) a
+        compile of 0.1-0.3 s on a CPU core for the eager ops' per-call time
+        (1-2 ms for seed_repro's 34 tensors).
         """
         import mindspore as ms
         from mindspore import ops
@@ -348,12 +322,7 @@ class CompiledStep:
         return self._lean(clip, *batch)
 
     def sampled_vector(self, clip: Any, batch: tuple[Any, ...]) -> Any:
-        """One step that reaches ``layers``: the ``HEAD`` scalars, then the per-parameter statistics.
-
-        The step is the ordinary one; the statistics read the gradients it
-        left in the buffers, with the operations the old second variant used,
-        so the numbers are the same bit for bit.
-        """
+        """One step that reaches ``layers``: the ``HEAD`` scalars, then the per-parameter statistics."""
         head = self(clip, batch)
         self.compiled.add(SAMPLED)
         return _statistics_graph()(
@@ -367,12 +336,9 @@ class CompiledStep:
 
 
 class GraphCache:
-    """Compiled steps kept by one worker process, one per graph id, and the seeds' starts.
+    """Compiled steps kept by one worker process, one per graph id, and the seeds' starts (``StartCache``).
 
-    Trials that differ only in clip threshold, seed or static scale value
-    share a graph; a worker compiles each graph once and loads each trial's
-    starting values into it. ``starts`` keeps those values and the batches per
-    seed (``jobs.training._starts``), so the trial after builds no workload at all.
+    Trials that differ only in clip threshold, seed or static scale value share a graph.
     """
 
     def __init__(self) -> None:

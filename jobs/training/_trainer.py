@@ -1,19 +1,8 @@
 """One trial: real MindSpore training of a workload under one AMP policy.
 
-Everything that happens per step is inside a ``mindspore.jit`` graph: the
-forward and backward pass, unscaling, the global norm, clipping and the update.
-The step returns only what the ``steps`` table needs; on every
-``layer_every``-th step a small compiled function also reads the gradients the
-step left on the device for the per-parameter statistics of the ``layers``
-table (see ``CompiledStep``). It only reads, so which steps were sampled never
-changes the trajectory. Per-step
-vectors are copied to the host in blocks, so the host sees no per-step
-synchronisation and divergence is still caught within one block; once the
-losses go non-finite, the next copy comes when the abort would be due.
-
-In a worker (a ``GraphCache``) a trial on a graph the process already holds
-builds nothing: the seed's starting values are loaded into the compiled graph
-and its batches, converted once, are reused (``jobs.training._starts``).
+The step, its lean and sampled forms and the blocks its metrics reach the host
+in: docs/internals.md (The compiled step and its reuse). Once the losses go
+non-finite, the next copy comes when the abort would be due (``_next_block``).
 """
 
 from __future__ import annotations
@@ -94,11 +83,9 @@ def _check_group(config: TrialConfig, group: RankGroup | None) -> None:
 def _next_block(finite_loss: np.ndarray, abort_after: int) -> int:
     """Steps until the next copy to the host: a whole block, or only as many as an abort still needs.
 
-    Once the last losses are non-finite, the trial aborts ``abort_after`` bad
-    steps in unless one recovers: its next copy comes then, not a whole block
-    later. Those steps would be cut from the tables anyway (the demo's 24
-    diverged O2 trials trained 950 steps to keep 634, now 656; on one core
-    3.5 s against 2.6 s), and the abort step is the same.
+    Once the last losses are non-finite, the trial aborts ``abort_after`` bad steps in unless one
+    recovers: a whole block would train steps the tables cut (the demo's 24 diverged O2 trials train
+    656 steps to keep 634, not 950; on one core 2.6 s, not 3.5 s).
     """
     trailing = (
         len(finite_loss) - 1 - int(np.flatnonzero(finite_loss)[-1]) if finite_loss.any() else len(finite_loss)
@@ -342,7 +329,10 @@ def run_trial(
     place in a gang (its part of each global batch, and the reductions). A dynamic loss scaler
     continues from the state the snapshot carries (``continue_scaler``).
     """
-    placement = placement or local_placement()
+    # outside an actor (tests, benchmarks): this process's CPU
+    placement = placement or Placement(
+        device_kind="cpu", device_target="CPU", mindspore_version=mindspore_version()
+    )
     started = time.perf_counter()
     target_loss: float | None = None
     counted: _FirstBatchRows | None = None
@@ -448,11 +438,6 @@ def _with_hint(config: TrialConfig, exc: BaseException) -> str:
     return line
 
 
-def local_placement() -> Placement:
-    """Where a trial runs when called outside an actor (tests, benchmarks): this process's CPU."""
-    return Placement(device_kind="cpu", device_target="CPU", mindspore_version=mindspore_version())
-
-
 def mindspore_version() -> str:
     """The installed MindSpore version, read without importing MindSpore."""
     from importlib.metadata import PackageNotFoundError, version
@@ -461,6 +446,3 @@ def mindspore_version() -> str:
         return version("mindspore")
     except PackageNotFoundError:
         return ""
-
-
-__all__ = ["CompiledStep", "GraphCache", "TrialMetrics", "local_placement", "run_trial"]
