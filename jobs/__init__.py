@@ -2,9 +2,11 @@
 
 Importing this package is cheap; MindSpore is imported by the functions that
 need it, so the driver can plan a sweep without loading a device runtime.
-The driver uses only the names exported here.
+The driver uses only the names imported here, its public names (no ``__all__``
+lists them again).
 """
 
+# ruff: noqa: F401
 from __future__ import annotations
 
 from ._config import TrialConfig
@@ -20,35 +22,3 @@ from .training._clip_copy import clip_engages, same_run_with_clip
 from .training._data_parallel import LOCALIZING
 from .training._snapshot import checkpoint_step, misfits, read_checkpoint, snapshot_id
 from .training._trainer import mindspore_version
-
-__all__ = [
-    "Baseline",
-    "LOCALIZING",
-    "CellProfile",
-    "DeviceSetup",
-    "Hint",
-    "Outcome",
-    "PendingBaseline",
-    "Placement",
-    "Profile",
-    "RankAnswer",
-    "TrialConfig",
-    "TrialResult",
-    "TrialWorker",
-    "Workload",
-    "WorkloadError",
-    "build_workload",
-    "checkpoint_step",
-    "mindspore_version",
-    "misfits",
-    "read_checkpoint",
-    "snapshot_id",
-    "clip_engages",
-    "same_run_with_clip",
-    "known_layer_types",
-    "load_factory",
-    "merge_ranks",
-    "network_cell_types",
-    "profile",
-    "resolve_reference",
-]
