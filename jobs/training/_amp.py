@@ -19,11 +19,7 @@ from ampsweep.contracts import FP32_CELLS_MECHANISM, FP32_LEVEL, LOSS_INSIDE
 
 
 def fp32_cells_mechanism(level: str, black_list: Sequence[Any]) -> str | None:
-    """What kept ``black_list`` in float32 at ``level`` (the trials table's ``fp32_cells``).
-
-    :data:`FP32_CELLS_MECHANISM` (``to_float``, :func:`ampsweep.amp.keep_in_float32`), or None
-    where nothing was kept: O0 casts nothing, and an empty list keeps nothing.
-    """
+    """What kept ``black_list`` in float32 at ``level`` (the trials table's ``fp32_cells``); None for nothing."""
     return FP32_CELLS_MECHANISM if level != FP32_LEVEL and len(black_list) else None
 
 

@@ -1,12 +1,8 @@
 """What a mixed-precision trial is judged against: its seed's FP32 run, known at dispatch or still running.
 
-The worker needs its seed's FP32 baseline only at the trial's end, to tell
-a silent failure (finite, but far worse than FP32) from a healthy trial. A
-trial handed out while its baseline still runs (a sweep with more actors
-than FP32 trials) used to go without one, and its silent failure was never
-replayed; now the driver sends a reference to the baseline that another
-actor runs at that moment, and the worker waits for it only if the trial
-ends finite.
+The worker needs it only at the trial's end, to tell a silent failure from a
+healthy trial, so it waits for a running one only then: docs/internals.md
+(Waiting for the FP32 run).
 """
 
 from __future__ import annotations
@@ -26,13 +22,9 @@ if TYPE_CHECKING:
 class Baseline:
     """What a seed's FP32 trial showed: its final loss, and whether it reached the target loss.
 
-    ``reached_target`` None (not known, e.g. its steps could not be read)
-    counts as reached: the trial is then replayed whenever it misses the
-    target, the cautious side. Before the flag existed the worker assumed
-    FP32 always got there, so on a short run whose FP32 ended above the
-    workload's target every finite mixed-precision trial was replayed as a
-    possible silent failure (tiny_transformer, 60 steps: 8-10 s each, for
-    nothing).
+    ``reached_target`` None (not known) counts as reached, the cautious side. Without the flag, a
+    short run whose FP32 ended above the target would replay every finite mixed-precision trial as a
+    possible silent failure (tiny_transformer, 60 steps: 8-10 s each, for nothing).
     """
 
     final_loss: float

@@ -31,18 +31,9 @@ class NetworkWithLoss(nn.Cell):
 def cast_for_trial(network: Any, loss_fn: Any, config: Any) -> tuple[NetworkWithLoss, Fp32Part]:
     """``(*inputs, label) -> loss`` cast for the trial's AMP policy and ``loss_placement``, and its FP32 part.
 
-    ``outside`` casts the network alone: AMP hands its output back in float32,
-    so the loss runs in float32 on it — what ``Model(net, loss_fn, opt,
-    amp_level=...)`` (``amp.build_train_network``) and a hand-written
-    ``loss_fn(amp.auto_mixed_precision(net)(x), y)`` do. ``inside`` casts the
-    network together with its loss, as when a ``WithLossCell`` is cast as a
-    whole: the loss computes in low precision unless its class is black-listed.
-
-    The FP32 part (:func:`fp32_part`: what the black list keeps in FP32, read
-    on the uncast Cells) goes back with the cell: the graph built on it holds
-    it, and each trial of the graph reports it (``TrialResult.fp32_part``). A
-    listed Cell that cannot be kept in FP32 raises
-    ``ampsweep.amp.NotKeptInFloat32`` from the cast.
+    What ``outside`` and ``inside`` cast: docs/spec.md (Where the loss runs). The FP32 part is read on
+    the uncast Cells; the graph built on the cell holds it for each of its trials. A listed Cell that
+    cannot be kept in FP32 raises ``ampsweep.amp.NotKeptInFloat32`` from the cast.
     """
     from ._amp import apply_amp, fp32_part, known_layer_types, resolve_black_list
 

@@ -163,12 +163,8 @@ def starting_from(workload: Workload, params: Mapping[str, Any]) -> Workload:
 
 
 def snapshot_names(state: Mapping[tuple[str, str], Any]) -> dict[str, Any]:
-    """Training state keyed ``(owner, name)`` under a snapshot's names.
-
-    The network's and the optimizer's under their plain names, as
-    ``ModelCheckpoint`` writes them; the loss scaler's under
-    :data:`SCALER_PREFIX`, so a continuation keeps the scale it reached.
-    """
+    """Training state keyed ``(owner, name)`` under a snapshot's names: ``ModelCheckpoint``'s plain ones,
+    the loss scaler's under :data:`SCALER_PREFIX` (so a continuation keeps the scale it reached)."""
     return {(SCALER_PREFIX + name if owner == "scaler" else name): p for (owner, name), p in state.items()}
 
 

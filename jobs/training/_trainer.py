@@ -66,13 +66,6 @@ class TrialMetrics:
         return zeros / total, (zeros + float(self.layer_tiny.sum())) / total
 
 
-def _check_device_support(config: TrialConfig, device_target: str) -> None:
-    if config.dtype == "bfloat16" and config.amp_level != FP32_LEVEL and device_target == "CPU":
-        raise UnsupportedCombination(
-            "bfloat16 is not supported by MindSpore's CPU backend; run this trial on Ascend or GPU."
-        )
-
-
 def _check_group(config: TrialConfig, group: RankGroup | None) -> None:
     """A trial runs on as many devices as it asks for: a gang of its size, or one device."""
     size = group.size if group is not None else 1
@@ -337,7 +330,10 @@ def run_trial(
     target_loss: float | None = None
     counted: _FirstBatchRows | None = None
     try:
-        _check_device_support(config, placement.device_target)
+        if config.dtype == "bfloat16" and config.amp_level != FP32_LEVEL and placement.device_target == "CPU":
+            raise UnsupportedCombination(
+                "bfloat16 is not supported by MindSpore's CPU backend; run this trial on Ascend or GPU."
+            )
         _check_group(config, group)
         # without a worker's cache, one for this trial alone: it builds what a fresh process builds
         step, reused, batches, target_loss = begin_trial(

@@ -192,11 +192,6 @@ class NextTokenLoss(nn.Cell):
         return self.cross_entropy(ops.cast(logits, ms.float32).reshape(-1, vocab), labels.reshape(-1))
 
 
-def successor_table(seed: int, vocab_size: int) -> np.ndarray:
-    """The chain: each token's two possible successors."""
-    return np.random.default_rng([_TABLE, seed]).integers(0, vocab_size, (vocab_size, 2))
-
-
 def batch_at(
     seed: int, step: int, table: np.ndarray, batch_size: int, seq_length: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +209,7 @@ def batches(
     seed: int, batch_size: int, seq_length: int, vocab_size: int, start_step: int = 0
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Endless deterministic token stream, from global step ``start_step`` on."""
-    table = successor_table(seed, vocab_size)
+    table = np.random.default_rng([_TABLE, seed]).integers(0, vocab_size, (vocab_size, 2))  # the chain
     step = start_step
     while True:
         yield batch_at(seed, step, table, batch_size, seq_length)
