@@ -1,43 +1,12 @@
-"""Which Cell broke a trial: replay it in PyNative with hooks on every Cell.
+"""Which Cell broke a trial: replay it in PyNative with hooks on every Cell (docs/localization.md).
 
-The compiled step only sees per-parameter gradients, and once float16 has
-produced an inf every gradient is non-finite at once, so it cannot say where
-the overflow started. A replay can: the same seed and the same batches give
-the same initial weights and the same inputs, and in PyNative each Cell's
-output (forward hook) and its gradient w.r.t. its inputs (backward hook) can
-be looked at as it is produced. See ``jobs.localization._hooks`` for the hook semantics.
-
-Two modes, one anomalies row (or none) each:
-
-``nonfinite``
-    Replay the trial under its own policy (AMP level, black list, dtype, loss
-    scale, clip; an FP32 trial as itself, O0) up to the first step *of the
-    replay* at which a forward output or an input gradient is inf/NaN: the
-    trial's own compiled graph up to its first non-finite step, then PyNative
-    with hooks. The forward pass runs first, so a forward
-    culprit wins over a backward one in the same step; in forward the first
-    report is the innermost Cell (hooks fire when a Cell returns), in backward
-    the first Cell in backward order. A step whose backward overflows while the
-    forward is finite is what a *dynamic* loss scaler is for (it skips the step
-    and halves the scale): such steps are counted, not reported, unless the
-    replay ends without a forward culprit. Then the same Cell is measured at the
-    same step in an FP32 replay (O0, same seed, batches, loss scale and clip);
-    for an FP32 trial there is nothing to compare with (it *is* FP32), and the
-    row says so (``FP32_ITSELF_NOTE``): FP32 breaking is the finding.
-
-``departure`` (silent failures: finite, but learning worse than FP32)
-    Train the trial's policy network in PyNative and, at check steps
-    (``DEPARTURE_CHECKS``), copy its weights into an FP32 (O0) twin built from
-    the same seed and run both forward on the same batch. Comparing at the
-    *same weights* isolates what precision does from where two trajectories
-    drift; comparing along the *policy's* trajectory catches a collapse that
-    only appears after some training. The first Cell in forward order that
-    departs is the culprit: every later Cell departs too, because its input
-    already does.
-
-A jitted float16 run and its PyNative replay can reach their first non-finite
-step a few steps apart (kernel fusion changes float16 rounding); the row's
-``replay_step`` is the replay's, and its note says so.
+The compiled step sees only per-parameter gradients, and once float16 made an inf every gradient is
+non-finite at once; a replay (same seed, same batches) can look at each Cell's output and input
+gradient as it is produced (``_hooks``). ``nonfinite`` replays to the first non-finite step of the
+replay (a forward culprit before a backward one; a dynamic scaler's backward-only steps are its work),
+then measures the Cell in an FP32 twin. ``departure`` compares the policy with an FP32 twin at the same
+weights at check steps. A jitted run and its PyNative replay may break a few steps apart (fusion
+changes float16 rounding): ``replay_step`` is the replay's.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""Localization on a gang: every rank looks at the broken step on its own part of the global batch.
+"""Localization on a gang: every rank looks at the broken step on its own part (docs/large-models.md).
 
-In data parallel each rank's forward and backward run on its own rows; the
-only collective is the gradient reduction, after the backward, and the
-parameters at a step are the same on every rank. So each rank hooks its own
-forward and backward at the broken step (``Replay.look``: up to the
-reduction, no collective under the hooks), from the trial's own start. A
-failure that starts in rank 1's rows is invisible to rank 0's forward: the
-averaged gradients are non-finite on every rank, but only rank 1's part
-names the Cell.
-
-The steps before the broken one, and the update after each looked-at step,
-run on the trial's own compiled graph, which reduces across the ranks as the
-trial did, so its parameters are the trial's bit for bit. Every rank must run
-as many of them as the others (a rank left out would wait in the reduction):
-whether to go on is read from the reduced loss and gradient norm, the same on
-every rank, never from a rank's own finding. What a rank does on its own
-(building the replay, drawing a batch, the hooked look) is followed by one
-agreement (``together``): a rank whose part raised makes every rank raise
-there, before any of them enters a collective the failed one would skip. The
-driver merges the ranks' findings as one device orders them
-(``jobs.localization._diagnose.merge_ranks``).
+The hooks see only a rank's local forward and backward (``Replay.look``, up to the reduction); the
+steps before and each update run on the trial's compiled graph, all ranks together, so the parameters
+are the trial's bit for bit, and whether to go on is read from reduced values, the same on every rank.
+What a rank does on its own is followed by one agreement (``together``), so no rank waits in a
+collective that a failed one skips. The driver merges the findings (``_diagnose.merge_ranks``).
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
-"""``ampsweep.Watch``: sit in the user's own training and turn its first NaN into a ready sweep.
+"""``ampsweep.Watch``: sit in the user's own training and turn its first NaN into a ready sweep (docs/watch.md).
 
-The user's model already trains, with ``Model.train`` or a hand-written loop,
-and the loss turns NaN hours in. ``Watch`` costs next to nothing while the
-loss is finite: it keeps the loss tensors the loop already produced and looks
-at them in blocks (one wait for the device per block, never one per step),
-and every ``snapshot_every`` steps it saves the network and optimizer. At the
-first non-finite loss it replays from the last healthy snapshot with the
-localization hooks, writes ``OUT/watch.json`` and ``OUT/spec.yaml``, prints
-one line, and stops the training.
-
-In a data-parallel job (launched with ``msrun``, ``communication.init()`` called
-before the ``Watch`` is made) every rank watches its loss and the ranks stop at
-the same step (a block's verdict is shared across ranks). Every rank keeps
-snapshots (the parameters are the same on every rank) and replays its own part
-of the global batch at once, so a failure that starts in rank 1's rows is
-named on rank 1; rank 0 alone writes, and the written spec's
-``devices_per_trial`` is the job's group size, so the sweep trains on the
-global batch the job does (the factory yields the global batch; rank r trains
-on part r of it, as in a sweep).
-
-Watch never raises into the user's step: an error of its own (a snapshot, a
-replay, a collective) turns it off with one warning. In a data-parallel job a
-rank's error is shared at the next look, so every rank's Watch turns off at
-the same point and none waits in a collective that another skips.
-
-``Watch`` is a ``mindspore.train.Callback`` (``Model.train`` accepts nothing
-else), but ``import ampsweep`` must not import MindSpore: the class mixes the
-Callback base in when the first ``Watch`` is made.
+While the loss is finite it looks at the loss tensors in blocks (one wait for the device per block) and
+keeps snapshots; at the first non-finite loss it replays from the last healthy one, writes
+``watch.json`` (and, for a precision failure, ``spec.yaml``) and stops the training. In an ``msrun``
+job the ranks stop, replay and turn off together. It never raises into the user's step. It is a
+``mindspore.train.Callback``, mixed in when the first ``Watch`` is made, so ``import ampsweep`` does
+not import MindSpore.
 """
 
 from __future__ import annotations
