@@ -12,8 +12,8 @@ the previous one's shutdown.
 Each benchmark's figures also go to ``benchmarks/results/<name>.json``, for a
 later run to compare against without reading Markdown. A module that writes
 that file itself during its run (``bench_late``, ``bench_watch``,
-``bench_limit``, ``bench_launcher``, ``bench_startup``: richer figures than its tables) keeps
-it; for any other the runner writes the section's tables, parsed from its
+``bench_limit``, ``bench_launcher``, ``bench_startup``, ``bench_faults``: richer
+figures than its tables) keeps it; for any other the runner writes the section's tables, parsed from its
 Markdown. Only full-size runs write it: the tiny smoke-test figures mean nothing.
 """
 

@@ -62,6 +62,13 @@ EXPECTED: dict[str, list[str]] = {
         "### Dispatch to gangs (driver side, in-process stand-in for the actors)",
         "| slots | devices per slot | trials | driver ms per trial | trials per s |",
     ],
+    "bench_faults": [
+        "## Telling a fault from numerics: the replay and the rerun against one trial (bench_faults)",
+        "| round | order | clean s | faulty run s | diagnose s |",
+        "**(Diagnose + rerun) / one clean trial:",
+        "the three phases of a faulty trial sum to no more than their span",
+        "bookkeeping): **ok**.",
+    ],
     "bench_forecast": [
         "## Forecast quality: the profile's `passes_max_at` against runs from zero (bench_forecast)",
         "| late_softmax | 20 | O2 [], clip off (**short answer**) |",
@@ -181,6 +188,7 @@ def sections(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
         "bench_compiles",
         "bench_launch",
         "bench_localize",
+        "bench_faults",
         "bench_forecast",
         "bench_watch",
         "bench_analysis",
