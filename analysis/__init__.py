@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ._tensorboard import Exported, export_tensorboard
     from ._writer import write_report
     from .compute._criteria import CRITERIA, TIE_RULE
+    from .compute._faults import read_faults, suspect_devices
     from .compute._load import load_trials
     from .compute._scores import trial_scores, trial_verdicts
     from .render._csv import RANKING_COLUMNS, ranking_csv
@@ -50,6 +51,8 @@ _OWNERS: dict[str, tuple[str, str]] = {
     "ranking_csv": (".render._csv", "ranking_csv"),
     "render_html": (".render._html", "render_html"),
     "load_trials": (".compute._load", "load_trials"),
+    "read_faults": (".compute._faults", "read_faults"),
+    "suspect_devices": (".compute._faults", "suspect_devices"),
     "render_markdown": (".render._markdown", "render_markdown"),
     "NEXT_SPEC_FILE": ("._model", "NEXT_SPEC_FILE"),
     "FigureData": ("._model", "FigureData"),

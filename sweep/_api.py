@@ -61,6 +61,7 @@ class Sweep:
     def _run_on(self, pool: WorkerPool, out: str, config: RunConfig) -> SweepResult:
         """``run`` on actors the caller may have started (and closes); ``config`` is ``completed``; with
         ``config.tensorboard``, every trial it commits is exported there before it returns."""
+        pool.avoid = set(self.spec.avoid_devices)
         with exporting(f"{out.rstrip('/')}/{self.name}", config.tensorboard):
             if self.spec.search == "adaptive":
                 search = AdaptiveSearch(self.spec, self.workload, self.resolved_yaml(), out)

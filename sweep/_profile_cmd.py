@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ampsweep.contracts import FLOAT16_MAX
+from ampsweep.contracts import FLOAT16_MAX, num, pct
 from ampsweep.jobs import CellProfile, Profile, profile
 
 from ._api import Sweep
@@ -46,14 +46,6 @@ def profile_sweep(sweep: Sweep, steps: int | None = None, snapshots: Path | None
 
 def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
-
-
-def _number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _row(cls: str, cell: str, forward: str, backward: str, share: str, risk: str) -> str:
@@ -107,9 +99,9 @@ def render(name: str, result: Profile) -> list[str]:
             _row(
                 cell.cell_class,
                 cell.cell,
-                _number(cell.forward_max),
-                _number(cell.backward_max),
-                _share(cell.underflow_fraction),
+                num(cell.forward_max),
+                num(cell.backward_max),
+                pct(cell.underflow_fraction),
                 cell.risk or "-",
             )
         )

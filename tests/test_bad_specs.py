@@ -120,6 +120,8 @@ CASES = [
     ("max-attempts-zero", _with(max_attempts=0), "max_attempts", "greater than 0"),
     ("layer-every-negative", _with(layer_every=-5), "layer_every", "greater than 0"),
     ("batches-fewer-than-steps", "short.py", "steps", "a list of 3 and a trial needs 5"),
+    ("avoid-devices-form", _with(avoid_devices=["n7:0", "n7/3"]), "avoid_devices", "'node:device_id'"),
+    ("avoid-devices-not-list", _with(avoid_devices="n7:3"), "avoid_devices", "valid list"),
 ]
 
 

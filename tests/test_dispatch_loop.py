@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pytest
 
-from ampsweep.sweep import RunConfig, Sweep, SweepPlan, SweepStore
+from ampsweep.sweep import RunConfig, SpecError, Sweep, SweepPlan, SweepStore
 from ampsweep.sweep._result import SweepResult
 from ampsweep.sweep.cluster._launcher import drive_trials
 from ampsweep.sweep.cluster._pool import WorkerPool
@@ -236,3 +237,33 @@ def test_an_actor_left_idle_with_trials_in_line_is_asked_again_before_the_loop_e
     assert refused, "the actor was never left idle"
     assert result.ran == 4 and actors.calls == 4
     assert len(pd.read_parquet(tmp_path / "loop" / "trials")) == 4
+
+
+class _OnNode(InProcessActors):
+    """Every actor reports node n7, its index as its device id; ``killed``: the actors ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed: list[int] = []
+
+    def probe(self, actor):
+        return self._answer(lambda: {"node": "n7", "device_id": str(actor.worker_index)})
+
+    def kill(self, actor):
+        self.killed.append(actor.worker_index)
+
+
+def test_a_device_in_avoid_devices_runs_no_trial_and_leaving_none_is_a_usage_error(tmp_path, capsys):
+    actors = _OnNode()
+    pool = WorkerPool(RunConfig(), backends=[AscendBackend()] * 3, actors=actors, watch=QuietCluster())
+    pool.avoid = {"n7:1"}  # two trials: actors 0 and 1 start, 1 is held idle and 2 starts in its place
+    _drive(tmp_path, 3, actors, pool=pool)
+    trials = pd.read_parquet(tmp_path / "loop" / "trials")
+    assert len(trials) == 2 and 1 not in set(trials["worker_index"])
+    assert capsys.readouterr().err.count("device n7:1 is in avoid_devices") == 1
+    pool.close()
+    assert sorted(actors.killed) == [0, 1, 2], "a spare started; the held actor ends with the pool"
+    pool = WorkerPool(RunConfig(), backends=[AscendBackend()] * 2, actors=_OnNode(), watch=QuietCluster())
+    pool.avoid = {"n7:0", "n7:1"}
+    with pytest.raises(SpecError, match="avoid_devices: .* it leaves no device to run on"):
+        _drive(tmp_path, 2, pool.actors, pool=pool, name="none-left")

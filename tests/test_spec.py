@@ -130,3 +130,10 @@ def test_a_factory_that_raises_is_a_one_line_spec_error(write_spec, tmp_path, ca
     assert main(["plan", str(write_spec({"workload": f"{model}:make"}))]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "failed: ValueError: no data here second line" in lines[0]
+
+
+def test_avoid_devices_holds_the_node_as_the_trials_table_does():
+    from ampsweep.sweep.planning._spec import parse_spec
+
+    given = {"name": "a", "workload": "m:make", "steps": 1, "avoid_devices": ["3f2a9c01b7de5a6b0c:3", "n7:"]}
+    assert parse_spec(given).avoid_devices == ["3f2a9c01b7de:3", "n7:"]  # the whole Ray node id works too

@@ -37,3 +37,20 @@ def test_a_live_driver_is_shown_with_what_it_runs(tmp_path: Path) -> None:
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_device_where_more_than_one_nan_did_not_reproduce_is_named_with_its_avoid_devices_entry(tmp_path):
+    from ampsweep.contracts import NOT_REPRODUCED
+    from tests.test_analysis import write_row
+    from tests.test_faults import _fault
+
+    root = tmp_path / "s"
+    for trial, node, device in (("a", "n7", "3"), ("b", "n7", "3"), ("c", "n8", "0")):
+        write_row(root, {"trial_id": trial, "outcome": "completed", "device_kind": "gpu"})
+        row = {"kind": "nonfinite", "cause": NOT_REPRODUCED, "attempt": 1, "node": node, "device_id": device}
+        _fault(root, trial, [row])
+    lines = sweep_status(str(root)).lines()
+    suspects = [line for line in lines if "suspect" in line]
+    assert suspects == [
+        "  suspect device: node n7, device 3: 2 NaNs did not reproduce; avoid_devices: ['n7:3']"
+    ]

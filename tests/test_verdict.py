@@ -207,7 +207,7 @@ def _measured(
 def test_a_silent_failure_with_underflow_asks_for_loss_scaling_not_a_black_list():
     seeds = [_measured(0, "silent", 0.97), _measured(1, "silent", 0.95)]
     decision = needs_loss_scaling(seeds, scaled=False)
-    assert decision is not None and "underflow" in decision and "97%" in decision
+    assert decision is not None and "underflow" in decision and "97 %" in decision
     assert needs_loss_scaling(seeds, scaled=True) is None, (
         "a family that already scales goes on to black lists"
     )

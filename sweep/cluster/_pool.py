@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ampsweep.jobs import Placement, TrialConfig, TrialResult
 
 from .._config import FailurePolicy, RunConfig
-from .._errors import ClusterLost, Interrupted, SpecError
+from .._errors import ClusterLost, Interrupted, SpecError, warn
 from ..devices import DeviceBackend, device_setup, discover
 from ..scheduling._reruns import Reruns
 from ..scheduling._slot import Slot
@@ -68,6 +68,9 @@ class WorkerPool:
         self.attempts: dict[str, int] = {}
         #: trials whose NaN an exact replay did not reproduce: run once more, on another device
         self.reruns = Reruns()
+        #: the spec's ``avoid_devices``; an actor found on one is held idle (``_held``) so none lands there
+        self.avoid: set[str] = set()
+        self._held: list[tuple[str, Any]] = []  # (its device, the actor)
         self.last_error = ""
         self._heartbeat: Callable[[list[str]], None] = lambda running: None
         self._profile: Callable[[], tuple[Any, ...] | None] | None = None
@@ -121,6 +124,9 @@ class WorkerPool:
             if kill and slot.actor is not None and not slot.gone:
                 self.actors.kill(slot.actor)
             slot.actor, slot.ready, slot.gone = None, False, True
+        for _, actor in self._held if kill else ():
+            self.actors.kill(actor)
+        self._held.clear()
         self.probes.clear()
         self.in_flight.clear()
 
@@ -157,7 +163,7 @@ class WorkerPool:
                 if self._live >= wanted:
                     continue  # no more actors than trials
                 self._start_actor(slot)
-            self._dispatch(slot, before_ready=not slot.ready)
+            self._dispatch(slot, before_ready=not slot.ready and not self.avoid)
         try:
             while self._work_left():
                 problem = self.watch.problem()
@@ -244,14 +250,34 @@ class WorkerPool:
         if actor is not slot.actor:
             return  # the probe of an actor already replaced
         try:
-            answer.result()
+            where = avoided(answer.result(), self.avoid)
         except (*self.actors.actor_died, *self.actors.call_failed) as exc:
             if not slot.calls:  # else its trial's failure replaces the actor
                 self._actor_died(slot, exc)
             return
+        if where is not None:
+            self._avoided(slot, where)
+            return
         slot.ready = True
         self._last_live = time.monotonic()
         self._dispatch(slot)
+
+    def _avoided(self, slot: Slot, where: str) -> None:
+        """``slot``'s actor is on an avoided device: the slot is given up, a slot not started yet starts."""
+        if where not in dict(self._held):  # once per device (a node's CPU workers share one)
+            warn(f"device {where} is in avoid_devices: its workers are held idle, no trial runs there")
+        self._held.append((where, slot.actor))
+        slot.actor = None
+        self._give_up(slot)
+        spare = next((s for s in self.slots if s.actor is None and not s.gone), None)
+        if spare is not None:
+            self._start_actor(spare)
+        elif self._live == 0:
+            raise SpecError(
+                "avoid_devices",
+                sorted(self.avoid),
+                "it leaves no device to run on: every worker was on one of them",
+            )
 
     def _actor_died(self, slot: Slot, exc: BaseException, running_left: bool = False) -> None:
         """``running_left``: the failure that told us came from a queued call, so the oldest
@@ -380,6 +406,13 @@ class WorkerPool:
         if actor is slot.actor:  # the first of its calls to fail replaces it; the rest only requeue
             self._actor_died(slot, exc, running_left=not started)
         self._wake(idle_only=True)  # the trial is back in line, and its graph may have lost a holder
+
+
+def avoided(info: Any, avoid: set[str]) -> str | None:
+    """The first device of ``info`` (``TrialWorker.info()``, a list of them for a gang) in ``avoid``."""
+    infos = info if isinstance(info, list) else [info]
+    places = [f"{i.get('node', '')}:{i.get('device_id', '')}" for i in infos] if avoid else []
+    return next((place for place in places if place in avoid), None)
 
 
 def gang_layout(

@@ -27,6 +27,7 @@ AmpLevel = Literal["O0", "O1", "O2", "O3"]
 LossPlacement = Literal["outside", "inside"]
 DType = Literal["float16", "bfloat16"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DEVICE = re.compile(r"^([0-9A-Za-z]+):([\w-]*)$")
 
 
 class Grid(BaseModel):
@@ -151,6 +152,8 @@ class SweepSpec(BaseModel):
     #: ``search: adaptive``: workload arguments that fix a break where the search would otherwise add a
     #: class to the black list, e.g. ``{softmax_dtype: float32}`` (tried first, in the order written)
     remedies: dict[str, Any] = Field(default_factory=dict)
+    #: devices no trial runs on, ``node:device_id`` as the report names a suspect device
+    avoid_devices: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -166,6 +169,17 @@ class SweepSpec(BaseModel):
         if any(kind not in ("ascend", "gpu", "cpu") for kind in listed) or len(set(listed)) != len(listed):
             raise ValueError("allowed: auto, ascend, gpu, cpu, or a list of distinct ascend, gpu, cpu")
         return value
+
+    @field_validator("avoid_devices")
+    @classmethod
+    def _device_form(cls, values: list[str]) -> list[str]:
+        found = [_DEVICE.match(value) for value in values]
+        if not all(found):
+            raise ValueError(
+                "each entry is 'node:device_id' as the report names a suspect device, e.g. '3f2a9c01b7de:3' "
+                "(node: Ray's node id or its first 12 characters; device_id: empty on CPU, '3f2a9c01b7de:')"
+            )
+        return [f"{m[1][:12]}:{m[2]}" for m in found if m]  # the node as the trials table holds it
 
     @field_validator("workload")
     @classmethod

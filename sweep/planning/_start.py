@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,10 +45,13 @@ class StartPoint:
 def prefix_arguments(spec: SweepSpec) -> dict[str, Any]:
     """The swept workload arguments an FP32 prefix runs with: a precision knob at float32, every other
     argument at its first value (the grid's trials of a seed all continue from that one prefix)."""
-    return {
-        name: reference_value(values) if reference_value(values) is not None else values[0]
-        for name, values in spec.grid.workload_args.items()
-    }
+    return {name: reference_or(values, values[0]) for name, values in spec.grid.workload_args.items()}
+
+
+def reference_or(values: Sequence[Any], own: Any) -> Any:
+    """A swept argument's value in the FP32 reference: float32 for a precision knob, else ``own``."""
+    found = reference_value(values)
+    return own if found is None else found
 
 
 def prefix_config(spec: SweepSpec, seed: int, steps: int) -> TrialConfig:

@@ -34,6 +34,7 @@ from ampsweep.jobs import TrialConfig
 from .._result import SweepResult
 from ..planning._grid import sweep_trial
 from ..planning._plan import SweepPlan
+from ..planning._start import reference_or
 from ..store._store import SweepStore
 from ._rounds import Batch
 from ._search_rules import (
@@ -146,10 +147,7 @@ class AdaptiveSearch:
         """The swept arguments of a family's FP32 baseline: its own values, a precision knob at float32
         (the reference the analysis judges every probe against); a remedy only where it sets float32."""
         axes = self.spec.grid.workload_args
-        swept = {
-            name: reference_value(axes[name]) if reference_value(axes[name]) is not None else value
-            for name, value in family.workload_args.items()
-        }
+        swept = {name: reference_or(axes[name], value) for name, value in family.workload_args.items()}
         # a remedy that sets a precision to float32 is what FP32 computes anyway
         at_fp32 = {name: v for name, v in self.spec.remedies.items() if reference_value([v]) is not None}
         return {**at_fp32, **swept}

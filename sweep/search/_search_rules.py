@@ -7,7 +7,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ampsweep.contracts import UNDERFLOW_EVIDENCE, LocalizedCell, TrialVerdict, Verdict, configuration_verdict
+from ampsweep.contracts import (
+    UNDERFLOW_EVIDENCE,
+    LocalizedCell,
+    TrialVerdict,
+    Verdict,
+    configuration_verdict,
+    pct,
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ def needs_loss_scaling(seeds: Sequence[SeedEvidence], scaled: bool) -> str | Non
     lost = [s for s in bad if s.underflowed]
     if len(lost) * 2 <= len(bad):
         return None
-    shares = ", ".join(f"{s.underflow:.0%}" for s in lost)
+    shares = ", ".join(pct(s.underflow) for s in lost)
     return (
         f"loss scaling: silent on {len(bad)} of {len(seeds)} seeds with {shares} of the gradient values "
         "lost to float16's range (underflow), so a black list cannot help"

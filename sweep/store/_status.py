@@ -24,6 +24,8 @@ class SweepStatus:
     unreadable: list[str] = field(default_factory=list)
     running: list[str] = field(default_factory=list)
     driver: str | None = None  # "pid 12 on host, started ...", when a driver is alive
+    #: devices where more than one NaN did not reproduce on replay: (node, device id, how many)
+    suspects: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def committed(self) -> int:
@@ -53,6 +55,11 @@ class SweepStatus:
             rows.append(f"  driver: {self.driver}")
         for trial_id in self.unreadable:
             rows.append(f"  unreadable: {trial_id} (reported by `report`, run again by `run`)")
+        for node, device, faults in self.suspects:
+            where = f"node {node}, device {device}" if device else f"node {node}"
+            rows.append(
+                f"  suspect device: {where}: {faults} NaNs did not reproduce; avoid_devices: ['{node}:{device}']"
+            )
         return rows
 
 
@@ -64,13 +71,18 @@ def sweep_status(location: str) -> SweepStatus:
     plan_text = store.read_text(PLAN_FILE)
     planned = len(decode_plan(plan_text)) if plan_text else None
     status = SweepStatus(name=store.name, planned=planned)
-    for trial_id in sorted(store.committed()):
+    committed = sorted(store.committed())
+    for trial_id in committed:
         try:
             row = store.trial_row(trial_id, ["outcome", "device_kind"])
         except (OSError, pa.ArrowException):
             status.unreadable.append(trial_id)
             continue
         status.by_kind.setdefault(row["device_kind"] or "", Counter())[row["outcome"]] += 1
+    from ampsweep.analysis import read_faults, suspect_devices
+
+    found = suspect_devices(read_faults(location, committed))
+    status.suspects = [(d.node, d.device_id, d.faults) for d in found]
     lock = read_lock(store)
     if lock is not None and is_live(lock):  # a driver killed with -9 left its lock behind
         status.running = list(lock.running)
