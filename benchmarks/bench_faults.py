@@ -49,19 +49,10 @@ RESULTS_JSON = Path(__file__).resolve().parent / "results" / f"{NAME}.json"
 
 
 def _config(steps: int) -> Any:
+    from ampsweep.contracts import Configuration
     from ampsweep.jobs import TrialConfig
 
-    return TrialConfig(
-        workload=WORKLOAD,
-        steps=steps,
-        abort_after=10,
-        amp_level="O2",
-        black_list=(),
-        clip=None,
-        loss_scale="none",
-        dtype="float16",
-        seed=0,
-    )
+    return TrialConfig.of(Configuration("O2"), 0, WORKLOAD, steps)
 
 
 def _timed(body: Any) -> tuple[Any, float, int]:
