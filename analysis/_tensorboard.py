@@ -42,7 +42,7 @@ from .compute._configs import as_run
 from .compute._load import SweepLocation, configurations, files_by_trial, list_parquet, resolve
 from .compute._scores import trial_scores
 from .compute._side_files import read_spec_file
-from .wording._faults import localization_phrase
+from .wording._localization import localization_phrase
 
 #: beside the runs: the sweep's folder, trial id -> its run's name and -> the digest of what the run shows
 MANIFEST = "ampsweep-export.json"

@@ -186,8 +186,8 @@ def test_the_analysis_arrow_check_sees_the_folders():
     """The graph resolves ``from ..compute._anomalies import ...`` to the module in its folder, so an arrow
     the wrong way (compute -> wording) would show up as one."""
     graph = _graph()
-    assert "ampsweep.analysis.compute._anomalies" in graph["ampsweep.analysis.wording._faults"]
-    assert _analysis_folder("ampsweep.analysis.wording._faults") == "wording"
+    assert "ampsweep.analysis.compute._anomalies" in graph["ampsweep.analysis.wording._localization"]
+    assert _analysis_folder("ampsweep.analysis.wording._localization") == "wording"
     assert _analysis_folder("ampsweep.analysis._model") is None
     assert _analysis_folder("ampsweep.analysis.compute") is None  # a package's __init__ sits above its folder
 

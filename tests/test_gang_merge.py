@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from ampsweep.analysis._model import Localization
-from ampsweep.analysis.wording._faults import rank_phrase
+from ampsweep.analysis.wording._localization import rank_phrase
 from ampsweep.contracts import ANOMALIES_SCHEMA, NUMERICS, UNKNOWN
 from ampsweep.jobs import LOCALIZING, merge_ranks
 from ampsweep.sweep.cluster._gang import GangLost, RankCallFailed, StallClock

@@ -10,7 +10,7 @@ from ampsweep import analysis
 from ampsweep.analysis._model import Localization
 from ampsweep.analysis.compute._anomalies import overflowed_inside
 from ampsweep.analysis.wording._answer import what_happened
-from ampsweep.analysis.wording._faults import inner_sentence, localization_phrase
+from ampsweep.analysis.wording._localization import inner_sentence, localization_phrase
 from tests.test_analysis import CURVE, write_anomaly, write_trial
 
 

@@ -254,7 +254,7 @@ def test_renderers_import_no_reader(module: str) -> None:
 def test_the_import_reader_sees_through_folders() -> None:
     """``from ..compute._steps import SPIKE_WINDOW`` is an import of ``_steps``, ``from ..compute import
     _classes`` one of ``_classes``: the check above would pass vacuously if it read them as ``compute``."""
-    assert {"_steps", "_anomalies"} <= _imports("_text")[0] | _imports("_faults")[0]
+    assert {"_steps", "_anomalies"} <= _imports("_text")[0] | _imports("_localization")[0]
     assert "_classes" in _imports("_labels")[0]
 
 

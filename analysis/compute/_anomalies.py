@@ -1,7 +1,7 @@
 """The localized Cell of each configuration, from the ``anomalies`` table (docs/localization.md).
 
 The table may be absent: older sweeps and completed trials have none. A configuration's seeds that agree
-on (cell, class, phase, kind) are reported once; wording words them (:mod:`analysis.wording._faults`).
+on (cell, class, phase, kind) are reported once; wording words them (:mod:`analysis.wording._localization`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from .._model import (
     SweepAnalysis,
     clean,
 )
-from ..wording._faults import localization_phrase
+from ..wording._localization import localization_phrase
 from ..wording._not_tried import not_tried_items
 
 SCHEMA = "ampsweep.recommendation/1"

@@ -32,8 +32,8 @@ from .._model import (
 )
 from ..compute import _classes as cls
 from ..compute._anomalies import in_fp32, lost_precision, overflowed_inside
-from ._faults import dtype_words, fp32_words, inner_sentence, rank_phrase, seed_list
 from ._held import held_line
+from ._localization import dtype_words, fp32_words, inner_sentence, rank_phrase, seed_list
 
 
 def change_text(config: dict[str, Any], loss_placement_recorded: bool = False) -> str:

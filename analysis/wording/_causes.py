@@ -13,7 +13,7 @@ import pandas as pd
 from ampsweep.contracts import INPUT, NOT_REPRODUCED, UNKNOWN
 
 from ..compute._faults import Fault, suspect_devices
-from ._faults import trial_label
+from ._localization import trial_label
 
 
 def _device(node: object, device_id: object) -> str:

@@ -30,8 +30,8 @@ from ..compute._criteria import BY_NAME, RankContext
 from ..compute._evidence import culprit, fp32_break, fp32_row
 from ..compute._learning_rate import LearningRate
 from ..compute._rank import seed_picks
-from ._faults import localization_phrase
 from ._labels import clip_phrase, progress_phrase, runs
+from ._localization import localization_phrase
 from ._loss_placement import loss_placement_notes
 from ._neighbours import config_dict, neighbours, row_facts, summary
 from ._next_sweep import diagnose

@@ -17,7 +17,7 @@ from ampsweep.contracts import clip_name, num, pct
 
 from ..compute import _classes as cls
 from ..compute._criteria import Comparison, Containment, RankReason
-from ._faults import localizations_phrase
+from ._localization import localizations_phrase
 
 Row = Mapping[str, Any]
 

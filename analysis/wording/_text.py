@@ -21,7 +21,7 @@ from ..compute._heatmap import divergence_grids
 from ..compute._steps import SPIKE_FACTOR, SPIKE_WINDOW
 from ._blocks import Block, Bullets, Code, Figure, Paragraph, Section, Table
 from ._captions import FAILURE_CAPTION, HEATMAP_CAPTION
-from ._faults import localization_phrase, trial_label
+from ._localization import localization_phrase, trial_label
 from ._profile import profile_section
 from ._search import search_section
 

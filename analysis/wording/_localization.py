@@ -1,8 +1,6 @@
-"""What the report says about a fault: the localized Cell in words, and a localization that failed.
+"""The localized Cell in words (docs/localization.md), and a trial as the report names it.
 
-A failed localization leaves its trial's result standing (jobs: ``diagnose``), with an ``anomalies``
-row of cause ``unknown`` whose note says where and why; the report lists it under what the sweep
-could not decide, never as a Cell to black-list.
+What was not numerics (a bad batch, a device fault, a failed localization) is worded in ``_causes``.
 """
 
 from __future__ import annotations
