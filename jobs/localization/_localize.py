@@ -22,6 +22,7 @@ import pyarrow as pa
 from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from .._config import TrialConfig
+from ..training._data_parallel import together
 from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin
 from ._hooks import CellProbe, Event
 from ._inside import replay_inside
@@ -38,7 +39,8 @@ from ._replay import (
 )
 
 if TYPE_CHECKING:
-    from ..training._step import GraphCache
+    from ..training._data_parallel import RankGroup
+    from ..training._step import CompiledStep, GraphCache
 
 MODES = ("nonfinite", "departure")
 
@@ -230,36 +232,59 @@ def _rel_error(policy: np.ndarray, fp32: np.ndarray) -> float:
     return float(np.linalg.norm(policy - fp32)) / denominator
 
 
-def _departure(
-    config: TrialConfig, workload_ref: str, limit: int, start: Mapping[str, Any] | None
+def departure(
+    config: TrialConfig,
+    workload_ref: str,
+    start: Mapping[str, Any] | None,
+    group: RankGroup | None = None,
+    compiled: CompiledStep | None = None,
+    graphs: GraphCache | None = None,
 ) -> tuple[CellFinding, float] | None:
-    """Train the policy, compare with an FP32 twin at the same weights at each check step.
+    """Train the policy and compare it with an FP32 twin at the same weights at each check step.
 
-    ``replay_step`` of the finding is the check step: the comparison runs on
-    that step's batch, with the weights the policy had before training on it.
+    The finding's ``replay_step`` is the check step: the comparison runs on that step's batch, with the
+    weights the policy had before training on it. One device trains the policy in PyNative; a gang
+    (``group``) trains it on ``compiled``, the ranks' reduction included, while each rank runs its own
+    part forward by both, and every rank runs every step (a rank that stopped would leave its peers in
+    the reduction).
     """
+    limit = departure_limit(config)
     checks = [s for s in DEPARTURE_CHECKS if s < limit]
     if not checks:
         return None
-    policy = Replay(config, workload_ref, limit, start)
-    fp32 = Replay(fp32_of(config), workload_ref, 0, start)
+
+    def replays() -> tuple[Replay, Replay]:
+        policy = Replay(config, workload_ref, limit, start, group)
+        if compiled is not None:
+            policy.start_on(compiled, graphs, workload_ref)
+        return policy, Replay(fp32_of(config), workload_ref, 0, start, group)
+
+    policy, fp32 = together(group, replays)
     policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
     fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
+    found: tuple[CellFinding, float] | None = None
+
+    def compared(index: int) -> tuple[Any, ...] | None:
+        nonlocal found
+        batch = next(policy.batches, None)
+        if batch is not None and index in checks and found is None:
+            if compiled is not None:
+                compiled.copy_state_into(policy.loss_cell, policy.optimizer, policy.scaler)
+            found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
+        return batch
+
     try:
-        for index, batch in enumerate(policy.batches):
-            if index in checks:
-                found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
-                if found is not None:
-                    return found
-            if index >= checks[-1]:
+        for index in range(limit):
+            batch = together(group, lambda: compared(index), index)  # noqa: B023 - called at once
+            if batch is None or index >= checks[-1] or (found is not None and group is None):
                 break
-            finite, _ = policy.step(batch)
-            if not finite and policy.scaler is None:
-                return None  # not a silent failure: nonfinite mode is the one to ask
+            went_on = policy.went_on(compiled, batch) if compiled is not None else policy.step(batch)[0]
+            if not (went_on or policy.scaler is not None):
+                break  # not a silent failure: nonfinite mode is the one to ask
     finally:
         policy.close()
         fp32.close()
-    return None
+    return found
 
 
 def compare_at(
@@ -329,7 +354,7 @@ def localize(
     previous = ensure_pynative()
     try:
         if mode == "departure":
-            found = _departure(config, workload_ref, departure_limit(config), start)
+            found = departure(config, workload_ref, start)
             return finished(mode, found, device_target, started)
         limit = nonfinite_limit(config, until_step)
         finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)

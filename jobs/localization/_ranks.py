@@ -13,25 +13,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from ampsweep.contracts import FP32_LEVEL
 
 from .._config import TrialConfig
 from ..training._data_parallel import RankGroup, together
-from ..training._starts import start_key
 from ._fp32_twin import hooked_twin_step
 from ._hooks import CellProbe
-from ._localize import (
-    DEPARTURE_CHECKS,
-    Look,
-    compare_at,
-    departure_limit,
-    finished,
-    judged,
-    nonfinite_limit,
-)
+from ._localize import Look, departure, finished, judged, nonfinite_limit
 from ._replay import CellFinding, Replay, ensure_pynative, fp32_of, graph_for, restore_mode
 
 if TYPE_CHECKING:
@@ -77,7 +67,7 @@ def on_ranks(
     try:
         compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
         if mode == "departure":
-            found = _departure(config, workload_ref, compiled, graphs, start, group)
+            found = departure(config, workload_ref, start, group, compiled, graphs)
             return finished(mode, found, device_target, started)
         limit = nonfinite_limit(config, until_step)
         finding, last = _nonfinite(config, workload_ref, compiled, limit, until_step, graphs, start, group)
@@ -87,19 +77,6 @@ def on_ranks(
         return finished(mode, judged(config, finding, twin, ON_RANKS), device_target, started)
     finally:
         restore_mode(previous)
-
-
-def _starting(replay: Replay, compiled: CompiledStep, graphs: GraphCache | None, workload_ref: str) -> None:
-    """Load the trial's starting values into its graph: as the worker keeps them, else freshly built."""
-    known = graphs.starts.get(start_key(replay.config, workload_ref)) if graphs is not None else None
-    replay.load_start(compiled, known.state if known is not None else None)
-
-
-def _went_on(replay: Replay, compiled: CompiledStep, batch: tuple[Any, ...]) -> bool:
-    """One compiled step (the update, with the ranks' reduction) on ``batch``; False where it broke (the
-    reduced loss or gradients, so the same answer on every rank)."""
-    loss, _, finite, _ = compiled(compiled.clip_tensor(replay.config.clip), batch).asnumpy()
-    return bool(np.isfinite(loss)) and (finite > 0.5 or replay.dynamic)
 
 
 def _nonfinite(
@@ -143,7 +120,7 @@ def _nonfinite(
             if batch is None:
                 break
             last = index
-            if not _went_on(replay, compiled, batch):
+            if not replay.went_on(compiled, batch):
                 break
     finally:
         replay.close()
@@ -168,7 +145,7 @@ def _started(
         replay = Replay(config, workload_ref, steps, start, group)
     else:
         replay.restart(config, workload_ref, steps, start)
-    _starting(replay, compiled, graphs, workload_ref)
+    replay.start_on(compiled, graphs, workload_ref)
     return replay
 
 
@@ -201,58 +178,11 @@ def _fp32_twin(
             return batch, hooked_twin_step(replay, batch, finding)
 
         batch, twin = together(group, step=at, work=twin_at)
-        if batch is not None and at < last and _went_on(replay, compiled, batch):
+        if batch is not None and at < last and replay.went_on(compiled, batch):
             replay.steps_on(compiled, last - at - 1)
         return twin
     finally:
         replay.close()
-
-
-def _departure(
-    config: TrialConfig,
-    workload_ref: str,
-    compiled: CompiledStep,
-    graphs: GraphCache | None,
-    start: Mapping[str, Any] | None,
-    group: RankGroup,
-) -> tuple[CellFinding, float] | None:
-    """``_departure`` on a gang: the policy trains on its compiled graph (the ranks' reduction included)
-    and, at each check step, this rank's part runs forward by the policy and by its FP32 twin."""
-    limit = departure_limit(config)
-    checks = [s for s in DEPARTURE_CHECKS if s < limit]
-    if not checks:
-        return None
-
-    def replays() -> tuple[Replay, Replay]:
-        return (
-            _started(config, workload_ref, limit, start, compiled, graphs, group),
-            Replay(fp32_of(config), workload_ref, 0, start, group),
-        )
-
-    policy, fp32 = together(group, step=-1, work=replays)
-    policy_probe = policy.attach(CellProbe(keep_arrays=True, backward=False))
-    fp32_probe = fp32.attach(CellProbe(keep_arrays=True, backward=False))
-    found: tuple[CellFinding, float] | None = None
-
-    def compared(index: int) -> tuple[Any, ...] | None:
-        nonlocal found
-        batch = next(policy.batches, None)
-        if batch is not None and index in checks and found is None:
-            compiled.copy_state_into(policy.loss_cell, policy.optimizer, policy.scaler)
-            found = compare_at(index, batch, (policy, policy_probe), (fp32, fp32_probe))
-        return batch
-
-    try:
-        for index in range(limit):
-            batch = together(group, step=index, work=lambda: compared(index))  # noqa: B023 - called at once
-            if batch is None:
-                break
-            if index >= checks[-1] or not (_went_on(policy, compiled, batch) or policy.scaler is not None):
-                break
-    finally:
-        policy.close()
-        fp32.close()
-    return found
 
 
 __all__ = ["on_ranks"]

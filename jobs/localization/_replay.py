@@ -157,6 +157,17 @@ class Replay:
             compiled.copy_state_into(self.loss_cell, self.optimizer, self.scaler)
         return early
 
+    def start_on(self, compiled: CompiledStep, graphs: GraphCache | None, workload_ref: str) -> None:
+        """Load the trial's starting values into ``compiled``: as the worker keeps them, else freshly built."""
+        known = graphs.starts.get(start_key(self.config, workload_ref)) if graphs is not None else None
+        self.load_start(compiled, known.state if known is not None else None)
+
+    def went_on(self, compiled: CompiledStep, batch: tuple[Any, ...]) -> bool:
+        """One compiled step (the update; on a gang with the ranks' reduction) on ``batch``; False where it
+        broke (the reduced loss or gradients: the same answer on every rank)."""
+        loss, _, finite, _ = compiled(compiled.clip_tensor(self.config.clip), batch).asnumpy()
+        return bool(np.isfinite(loss)) and (finite > 0.5 or self.dynamic)
+
     def load_start(self, compiled: CompiledStep, start: StartState | None = None) -> None:
         """Put the trial's starting values into ``compiled`` (``start``: as the worker keeps them, else
         read from this replay's freshly built workload)."""
