@@ -30,17 +30,11 @@ from .training._amp import Fp32Part, fp32_cells_mechanism
 
 @dataclass(frozen=True)
 class RankAnswer:
-    """One rank's answer for its part of a data-parallel trial (``TrialWorker.run_rank``).
-
-    ``result``: rank 0's, or the failure of a rank whose part failed; None
-    elsewhere (the tables come from rank 0), but the rank's own where it left
-    its peers (``apart``). ``checksum``: the parameters the trial trained to,
-    taken before any replay (empty when it failed), equal on ranks that trained
-    together. ``anomalies``: this rank's finding, which the driver merges
-    (``merge_ranks``). ``apart``: this rank's replay raised where its peers may
-    still wait in a collective; the trial's result stands, and the gang is
-    formed again before its next trial.
-    """
+    """One rank's answer for its part of a data-parallel trial (``TrialWorker.run_rank``): ``result`` is
+    rank 0's (or a failed or ``apart`` rank's own), ``checksum`` the trained parameters' (taken before any
+    replay; equal on ranks that trained together), ``anomalies`` this rank's finding (``merge_ranks``);
+    ``apart``: its replay raised where its peers may still wait in a collective, so the gang is formed
+    again (the trial's result stands)."""
 
     result: TrialResult | None
     checksum: str

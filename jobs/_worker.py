@@ -73,14 +73,9 @@ class TrialWorker:
         baseline: Hint = None,
         start: bytes | None = None,
     ) -> TrialResult:
-        """Train one trial; then, if it broke, replay it to name the Cell that did.
-
-        ``baseline`` is what the FP32 trial of the same seed showed (its final
-        loss, whether it reached the target), when the driver has it, or the baseline still running on
-        another actor (``PendingBaseline``): it tells a silent failure (finite,
-        but far worse than FP32) from a healthy trial. ``start`` is the
-        snapshot a forked trial starts from (checkpoint bytes).
-        """
+        """Train one trial; then, if it broke, replay it to tell why (``diagnose``). ``baseline``: the seed's
+        FP32 result, or the run still computing it (``PendingBaseline``), to tell a silent failure; ``start``:
+        the snapshot a forked trial starts from (checkpoint bytes)."""
         return self._trial(config, workload_ref, baseline, start)[0]
 
     def run_rank(

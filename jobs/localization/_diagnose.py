@@ -72,18 +72,10 @@ def localize_mode(result: TrialResult, baseline: Hint) -> tuple[str, int | None]
 def _first_failure(result: TrialResult) -> int | None:
     """The first step (from the trial's start) that really failed, or None: the step a replay must reach.
 
-    A step failed when its loss was not a real number, or its gradients were
-    not finite and no dynamic loss scaler skipped the update. Such a scaler
-    skips the steps whose gradients overflow at its current scale (the first
-    ones, at 2^16, nearly always) and lowers the scale: that is its work, not
-    a failure. So a diverged trial is replayed past those steps to where its
-    loss broke (replaying to ten steps past the scaler's first skip ended
-    short of it, and blamed the loss scale), and a completed trial with only
-    such steps is judged as a finite one: it is replayed only if it learns
-    clearly worse than FP32 (about 1 s each on the vs-tune MLP, for a row that
-    said what every dynamic scaler does). A static scale skips too, but cannot
-    adapt: an overflow under it is the failure to look at.
-    """
+    A step failed when its loss was not a real number, or its gradients were not finite and no dynamic
+    loss scaler skipped the update: such skips (at 2^16 nearly always) are the scaler's work, so a trial
+    replayed to them ended short of the real break and blamed the loss scale. A static scale cannot
+    adapt: an overflow under it is the failure."""
     steps = result.steps
     nonfinite = steps.column("nonfinite").to_numpy(zero_copy_only=False).astype(bool)
     if not nonfinite.any():

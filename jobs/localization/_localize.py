@@ -333,21 +333,12 @@ def localize(
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
 ) -> pa.Table:
-    """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows.
+    """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows (module docstring).
 
-    ``mode="nonfinite"`` for a trial that went inf/NaN (or skipped steps for
-    overflow), ``mode="departure"`` for one that stayed finite but learned
-    clearly worse than FP32. ``until_step`` is the jitted run's first
-    non-finite step, if known: the replay then stops ``UNTIL_MARGIN`` steps
-    after it instead of running the whole trial; a departure replay runs to
-    the last of ``DEPARTURE_CHECKS`` that fits. ``graphs``: the worker's
-    compiled steps; steps the replay need not look at then run on the
-    trial's own graph, without compiling again.
-    ``start``: the parameters of the snapshot a forked trial starts from.
-    ``device_target`` only goes into the note: the caller (the
-    actor) has already selected the device; no backend-specific tool is used.
-    On a gang, ``jobs.localization._diagnose.replayed`` calls ``_ranks.on_ranks`` instead.
-    """
+    ``until_step``: the jitted run's first non-finite step, if known; the replay stops ``UNTIL_MARGIN``
+    steps after it. ``graphs``: the worker's compiled steps, so the steps not looked at run on the trial's
+    own graph. ``start``: a forked trial's snapshot. ``device_target`` only goes into the note. A gang
+    replays through ``_ranks.on_ranks``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     started = time.perf_counter()

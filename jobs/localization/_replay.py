@@ -111,16 +111,9 @@ class Replay:
     def restart(
         self, config: TrialConfig, workload_ref: str, steps: int, start: Mapping[str, Any] | None = None
     ) -> None:
-        """Turn this replay into one of another trial of the same graph, to be fast-forwarded.
-
-        Only the trial's own parts are new (workload, batches, clip). The
-        network, optimizer and scaler stay, with whatever state they hold:
-        ``fast_forward`` overwrites all of it, so a restarted replay is only
-        ever used after one (``skip_ahead``). Keeping the optimizer keeps its
-        compiled ``construct`` (MindSpore's optimizers are ``jit`` functions
-        even in PyNative, compiled per instance): about 0.1 s of each
-        diagnosis on one CPU core, and the network's build and cast.
-        """
+        """Turn this replay into one of another trial of the same graph, to be fast-forwarded (which overwrites
+        the network's, optimizer's and scaler's state). Keeping the optimizer keeps its compiled ``construct``
+        (MindSpore's optimizers are ``jit`` functions even in PyNative): about 0.1 s of each diagnosis."""
         self._start(config, trial_workload(config, workload_ref, start), steps)
 
     def attach(self, probe: CellProbe) -> CellProbe:
@@ -139,16 +132,9 @@ class Replay:
             probe.detach()
 
     def fast_forward(self, compiled: CompiledStep, steps: int, start: StartState | None = None) -> int | None:
-        """Run the next ``steps`` batches with the trial's own compiled graph, then continue here.
-
-        The worker compiled that graph for the trial itself, so this costs no
-        compile and follows the trial's arithmetic bit for bit; afterwards the
-        graph's weights, optimizer slots and loss scale are copied into this
-        replay's PyNative network. ``start``: the trial's starting values when
-        the worker keeps them (``jobs.training._starts``), else read from this replay's
-        freshly built workload. Returns the first step whose loss or
-        gradients were non-finite (the replay then cannot start past it), or None.
-        """
+        """Run the next ``steps`` batches on the trial's own compiled graph (no compile, the trial's arithmetic
+        bit for bit), then copy its state into this PyNative replay. ``start``: the trial's starting values as
+        the worker keeps them, else this replay's own. Returns the first non-finite step, or None."""
         if steps <= 0:
             return None
         self.load_start(compiled, start)
@@ -351,17 +337,9 @@ def graph_for(
     start: Mapping[str, Any] | None,
     group: RankGroup | None = None,
 ) -> CompiledStep | None:
-    """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none; its first
-    step compiles it.
-
-    An actor that started while every FP32 trial was taken (more actors than
-    seeds, ``sweep.scheduling._queue``) holds no FP32 graph. A twin far enough in must
-    compile a step either way; this one is kept, so the worker's next twins,
-    its profile and any FP32 trial it runs later reuse it, where a step
-    compiled for one replay was thrown away (one compile per diagnosis). None
-    when the workload cannot be built here: the replay then compiles its own
-    step, as before.
-    """
+    """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none, so the
+    worker's next twins, its profile and a later FP32 trial reuse it instead of compiling once per
+    diagnosis. None when the workload cannot be built here."""
     held = graphs.held(config, workload_ref) if graphs is not None else None
     if held is not None:
         return held

@@ -1,23 +1,12 @@
-"""A gang: the rank actors of one data-parallel trial, formed once and kept as one slot of the pool.
+"""A gang: the rank actors of one data-parallel trial, formed once and kept as one slot of the pool
+(docs/large-models.md).
 
-A trial on N devices is MindSpore data parallel on N rank actors. They and
-MindSpore's scheduler role live in one Ray placement group (``STRICT_PACK``:
-one node, so NPUs share the node's HCCL ring; ``PACK`` when the user allows
-several nodes). MindSpore's dynamic cluster learns its shape from variables
-(``MS_ROLE``, ``MS_WORKER_NUM``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``,
-``MS_NODE_ID``) that must be set before MindSpore starts: they reach each
-actor through its ``runtime_env``. ``communication.init()`` runs once per
-process, so the gang is formed once and trials of its size reuse it, with
-their graphs compiled once per gang, as a single actor is reused.
-
-To the pool a gang is one actor: ``GangActors`` forms, probes, sends trials
-to and kills gangs behind the same calls as ``RayActors``. Forming waits on
-Ray (the placement group, the scheduler's address), so it runs on a thread
-and its probe answers once every rank has joined the group. A trial is sent
-to every rank; its answer is rank 0's result once every rank has answered
-and their parameters agree, or the first rank's death: the other ranks wait
-in a collective that will never complete, so the gang is ended and formed
-again (FACTS: "Data parallel on CPU, inside Ray actors").
+N rank actors and MindSpore's scheduler role share one Ray placement group; MindSpore's dynamic-cluster
+variables (``MS_ROLE``, ``MS_WORKER_NUM``, ``MS_SCHED_HOST``, ``MS_SCHED_PORT``, ``MS_NODE_ID``) reach
+each through its ``runtime_env``, since ``communication.init()`` reads them once per process. To the
+pool a gang is one actor (``GangActors``). A trial's answer is rank 0's once every rank answered and
+their parameters agree; any rank's death ends the gang, because its peers would wait in a collective
+forever; ampsweep's own stall bound reads each rank's progress while it trains (``StallClock``).
 """
 
 from __future__ import annotations
