@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from ampsweep.contracts import INPUT, NUMERICS, UNKNOWN, Outcome
+from ampsweep.contracts import INPUT, NOT_REPRODUCED, NUMERICS, UNKNOWN, Outcome
 from tests._trial import trial_config
 from tests.conftest import answer
 
@@ -57,3 +57,14 @@ def test_a_bad_sample_in_rank_1s_part_is_an_input_fault_named_on_rank_1(gang):
     (row,) = result.anomalies.to_pylist()
     assert (row["cause"], row["rank"], row["replay_step"], row["input_index"]) == (INPUT, 1, 20, "[3, 0]")
     assert row["cell"] is None
+
+
+def test_a_nan_the_gangs_exact_rerun_does_not_bring_back_is_not_reproduced(gang, tmp_path):
+    actors, formed = gang
+    args = {"fault": "transient", "marker": str(tmp_path / "struck")}  # one rank's process, once
+    config = trial_config(workload=FAULTS, steps=30, seed=1, devices=2, workload_args=args)
+    result = answer(actors, actors.run(formed, config, FAULTS, None, None))
+    assert result.outcome == Outcome.DIVERGED and result.first_nonfinite_step == 20
+    (row,) = result.anomalies.to_pylist()
+    assert (row["cause"], row["replay_step"], row["cell"]) == (NOT_REPRODUCED, 20, None)
+    assert not formed.killed, "the ranks reran together and agree"
