@@ -67,7 +67,6 @@ EXPECTED: dict[str, list[str]] = {
         "| round | order | clean s | faulty run s | diagnose s |",
         "**(Diagnose + rerun) / one clean trial:",
         "the three phases of a faulty trial sum to no more than their span",
-        "bookkeeping): **ok**.",
     ],
     "bench_forecast": [
         "## Forecast quality: the profile's `passes_max_at` against runs from zero (bench_forecast)",
