@@ -34,13 +34,12 @@ from ampsweep.contracts import (
     trial_verdict,
 )
 
-from .._config import TrialConfig
 from .._result import Outcome, TrialResult
 from ..training._baseline import Hint, resolve_baseline
 from ..training._capture import loss_ok
 from ..training._data_parallel import PeerFailed
 from ._cause import Cause, cause_of
-from ._localize import finding_order
+from ._localize import finding_order, localize
 
 if TYPE_CHECKING:
     from ..training._data_parallel import RankGroup
@@ -136,8 +135,11 @@ def diagnose(
             cause = cause_of(result, workload_ref, until_step, graphs, start, group)
             if cause is not None:
                 return _caused(mode, cause, result.config.start_step, run)
-        where = (result.placement.device_target, until_step)
-        table = replayed(result.config, workload_ref, mode, where, graphs, start, group)
+        target = result.placement.device_target
+        table = localize(
+            result.config, workload_ref, mode=mode, device_target=target, until_step=until_step, graphs=graphs,
+            start=start, group=group,
+        )  # fmt: skip
     except PeerFailed as exc:  # every rank raised here together: the gang is still in step
         return _failed(mode, f"localization failed on {exc}", {**run, "rank": exc.rank})
     except Exception as exc:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
@@ -181,37 +183,6 @@ class RanksApart(RuntimeError):
     def __init__(self, table: pa.Table) -> None:
         super().__init__(table.column("note")[0].as_py())
         self.table = table
-
-
-def replayed(
-    config: TrialConfig,
-    workload_ref: str,
-    mode: str,
-    where: tuple[str, int | None],
-    graphs: GraphCache | None,
-    start: Mapping[str, Any] | None,
-    group: RankGroup | None,
-) -> pa.Table:
-    """``localize`` on one device, or this rank's part on a gang (every rank at once: ``_ranks.on_ranks``).
-
-    ``where``: the device target (for the note) and the jitted run's first non-finite step.
-    """
-    if group is not None:
-        from ._ranks import on_ranks
-
-        return on_ranks(config, workload_ref, group, mode, where, graphs, start)
-    from ._localize import localize
-
-    device_target, until_step = where
-    return localize(
-        config,
-        workload_ref,
-        mode=mode,
-        device_target=device_target,
-        until_step=until_step,
-        graphs=graphs,
-        start=start,
-    )
 
 
 def merge_ranks(tables: list[pa.Table], dynamic: bool) -> pa.Table:

@@ -57,6 +57,8 @@ ZERO_FRACTION_THRESHOLD = 0.5
 #: ... while the FP32 output has at most this share of zeros (ReLU-like Cells
 #: have ~half zeros in FP32 too, and are not a collapse).
 FP32_ZERO_FRACTION_MAX = 0.1
+#: whose step a one-device ``replay_step`` is
+REPLAYED = "the PyNative replay; the jitted run may go non-finite a few steps apart (fusion changes rounding)"
 #: Steps at which departure mode compares the policy with FP32.
 DEPARTURE_CHECKS = (0, 1, 2, 4, 8, 16, 32)
 #: Replay this many steps past the jitted run's first non-finite step (``until_step``),
@@ -332,28 +334,34 @@ def localize(
     until_step: int | None = None,
     graphs: GraphCache | None = None,
     start: Mapping[str, Any] | None = None,
+    group: RankGroup | None = None,
 ) -> pa.Table:
     """The Cell that broke a trial, as an ``ANOMALIES_SCHEMA`` table of 0 or 1 rows (module docstring).
 
     ``until_step``: the jitted run's first non-finite step, if known; the replay stops ``UNTIL_MARGIN``
     steps after it. ``graphs``: the worker's compiled steps, so the steps not looked at run on the trial's
-    own graph. ``start``: a forked trial's snapshot. ``device_target`` only goes into the note. A gang
-    replays through ``_ranks.on_ranks``."""
+    own graph. ``start``: a forked trial's snapshot. ``device_target`` only goes into the note. ``group``:
+    this rank of a gang, every rank replaying its own part at once (``_ranks.on_ranks``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     started = time.perf_counter()
     previous = ensure_pynative()
     try:
-        if mode == "departure":
+        if group is not None:
+            from ._ranks import on_ranks  # it builds on this module's parts
+
+            found = on_ranks(config, workload_ref, group, mode, until_step, graphs, start)
+        elif mode == "departure":
             found = departure(config, workload_ref, start)
-            return finished(mode, found, device_target, started)
-        limit = nonfinite_limit(config, until_step)
-        finding = _nonfinite(config, workload_ref, limit, until_step, graphs, start)
-        twin = None
-        if finding is not None and config.amp_level != FP32_LEVEL:
-            twin = fp32_twin(config, workload_ref, finding, graphs, start)
-        replayed = "the PyNative replay; the jitted run may go non-finite a few steps apart (fusion changes rounding)"
-        return finished(mode, judged(config, finding, twin, replayed), device_target, started)
+        else:
+            finding = _nonfinite(
+                config, workload_ref, nonfinite_limit(config, until_step), until_step, graphs, start
+            )
+            twin = None
+            if finding is not None and config.amp_level != FP32_LEVEL:
+                twin = fp32_twin(config, workload_ref, finding, graphs, start)
+            found = judged(config, finding, twin, REPLAYED)
+        return finished(mode, found, device_target, started)
     finally:
         restore_mode(previous)
 

@@ -9,11 +9,8 @@ collective that a failed one skips. The driver merges the findings (``_diagnose.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from ampsweep.contracts import FP32_LEVEL
 
@@ -21,8 +18,8 @@ from .._config import TrialConfig
 from ..training._data_parallel import RankGroup, together
 from ._fp32_twin import hooked_twin_step
 from ._hooks import CellProbe
-from ._localize import Look, departure, finished, judged, nonfinite_limit
-from ._replay import CellFinding, Replay, ensure_pynative, fp32_of, graph_for, restore_mode
+from ._localize import Look, departure, judged, nonfinite_limit
+from ._replay import CellFinding, Replay, fp32_of, graph_for
 
 if TYPE_CHECKING:
     from ..training._step import CompiledStep, GraphCache
@@ -50,33 +47,21 @@ def on_ranks(
     workload_ref: str,
     group: RankGroup,
     mode: str,
-    where: tuple[str, int | None],
+    until_step: int | None,
     graphs: GraphCache | None,
     start: Mapping[str, Any] | None,
-) -> pa.Table:
-    """``localize`` on one rank of a gang, called on every rank at once: this rank's finding, 0 or 1 rows.
-
-    ``where``: the device target (for the note) and the jitted run's first
-    non-finite step. Every rank runs the same compiled steps (see the module
-    docstring); a rank whose part stayed finite returns no row but ran its
-    share of them.
-    """
-    device_target, until_step = where
-    started = time.perf_counter()
-    previous = ensure_pynative()
-    try:
-        compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
-        if mode == "departure":
-            found = departure(config, workload_ref, start, group, compiled, graphs)
-            return finished(mode, found, device_target, started)
-        limit = nonfinite_limit(config, until_step)
-        finding, last = _nonfinite(config, workload_ref, compiled, limit, until_step, graphs, start, group)
-        twin = None
-        if config.amp_level != FP32_LEVEL and last >= 0:  # every rank runs the twin's steps, in step
-            twin = _fp32_twin(config, workload_ref, finding, last, graphs, start, group)
-        return finished(mode, judged(config, finding, twin, ON_RANKS), device_target, started)
-    finally:
-        restore_mode(previous)
+) -> tuple[CellFinding, float] | None:
+    """``localize``'s finding on one rank of a gang, called on every rank at once; a rank whose part stayed
+    finite finds nothing but ran its share of the compiled steps."""
+    compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
+    if mode == "departure":
+        return departure(config, workload_ref, start, group, compiled, graphs)
+    limit = nonfinite_limit(config, until_step)
+    finding, last = _nonfinite(config, workload_ref, compiled, limit, until_step, graphs, start, group)
+    twin = None
+    if config.amp_level != FP32_LEVEL and last >= 0:  # every rank runs the twin's steps, in step
+        twin = _fp32_twin(config, workload_ref, finding, last, graphs, start, group)
+    return judged(config, finding, twin, ON_RANKS)
 
 
 def _nonfinite(

@@ -84,7 +84,7 @@ def localize_from(
     """
     import mindspore as ms
 
-    from ..localization._diagnose import replayed
+    from ..localization._localize import localize
     from ..training._snapshot import read_checkpoint, snapshot_id
 
     start, start_from, params = 0, None, None
@@ -106,7 +106,15 @@ def localize_from(
         )
     if group is not None:
         # the ranks' compiled replay runs to where it breaks first, then each rank looks there
-        table = replayed(config, workload, "nonfinite", (target, limit - 1), None, params, group)
+        table = localize(
+            config,
+            workload,
+            mode="nonfinite",
+            device_target=target,
+            until_step=limit - 1,
+            start=params,
+            group=group,
+        )
     else:
         # The user's graph and the replay's round float16 differently, so the replay may break a few
         # dozen steps apart: find where a compiled replay breaks first (cheap), then look there with hooks.
@@ -114,7 +122,9 @@ def localize_from(
         if compiled_at is None:
             return Finding(cause=NOT_REPRODUCED, note=_not_reproduced(failed_at, start, limit))
         look_at = compiled_at
-        table = replayed(config, workload, "nonfinite", (target, look_at), None, params, None)
+        table = localize(
+            config, workload, mode="nonfinite", device_target=target, until_step=look_at, start=params
+        )
         compiled_step = None if compiled_at is None else start + compiled_at
     if table.num_rows == 0:
         return Finding(

@@ -15,6 +15,7 @@ workload file is loaded afresh for each trial).
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ class Classifier(nn.Cell):
 
 def _hit(fault: str, seed: int, fault_seed: int, fault_step: int, marker: str) -> Any:
     """The Python function the ``Custom`` op runs: the step's activations, NaN where the fault strikes."""
-    key = f"AMPSWEEP_TEST_FAULT_{fault}_{seed}"
+    # per process and per marker: a Ray worker inherits the environment of the test that started Ray
+    key = f"AMPSWEEP_TEST_FAULT_{fault}_{seed}_{zlib.crc32(marker.encode())}"
 
     def hit(x: np.ndarray) -> np.ndarray:
         calls = int(os.environ.get(key, "0")) + 1
