@@ -17,7 +17,7 @@ from ampsweep.contracts import FORWARD_BLOWUP
 
 from .._config import TrialConfig
 from ._hooks import CellProbe, Event
-from ._replay import JIT_PREFIX_MIN_STEPS, CellFinding, Replay, fp32_of, graph_for, skip_ahead
+from ._replay import JIT_PREFIX_MIN_STEPS, CellFinding, Replay, fp32_of, skip_ahead
 
 if TYPE_CHECKING:
     from ..training._step import GraphCache
@@ -44,8 +44,6 @@ def fp32_twin(
     """
     fp32 = fp32_of(config)
     compiled = graphs.compiled_for(fp32, workload_ref) if graphs is not None else None
-    if compiled is None and graphs is not None and finding.step >= JIT_PREFIX_MIN_STEPS:
-        compiled = graph_for(fp32, workload_ref, graphs, start)
     if compiled is not None or finding.step >= JIT_PREFIX_MIN_STEPS:
         replay, early = skip_ahead(
             fp32, workload_ref, finding.step + 1, finding.step, compiled, graphs, start

@@ -28,20 +28,6 @@ if TYPE_CHECKING:
 ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
 
 
-def _graph(
-    config: TrialConfig,
-    workload_ref: str,
-    graphs: GraphCache | None,
-    start: Mapping[str, Any] | None,
-    group: RankGroup,
-) -> CompiledStep:
-    """The trial's graph on this rank; a rank that cannot build it fails every rank's replay."""
-    compiled = graph_for(config, workload_ref, graphs, start, group)
-    if compiled is None:
-        raise RuntimeError(f"the workload could not be built for the replay of {config.trial_id}")
-    return compiled
-
-
 def on_ranks(
     config: TrialConfig,
     workload_ref: str,
@@ -53,7 +39,7 @@ def on_ranks(
 ) -> tuple[CellFinding, float] | None:
     """``localize``'s finding on one rank of a gang, called on every rank at once; a rank whose part stayed
     finite finds nothing but ran its share of the compiled steps."""
-    compiled = together(group, step=-1, work=lambda: _graph(config, workload_ref, graphs, start, group))
+    compiled = together(group, step=-1, work=lambda: graph_for(config, workload_ref, graphs, start, group))
     if mode == "departure":
         return departure(config, workload_ref, start, group, compiled, graphs)
     limit = nonfinite_limit(config, until_step)
@@ -146,7 +132,7 @@ def _fp32_twin(
     """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
     part hooked at its finding's step. None: no finding here, or FP32 broke first."""
     fp32 = fp32_of(config)
-    compiled = together(group, step=-1, work=lambda: _graph(fp32, workload_ref, graphs, start, group))
+    compiled = together(group, step=-1, work=lambda: graph_for(fp32, workload_ref, graphs, start, group))
     at = last if finding is None else finding.step
     replay = together(
         group, step=-1, work=lambda: _started(fp32, workload_ref, last + 1, start, compiled, graphs, group)

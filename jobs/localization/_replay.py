@@ -320,8 +320,6 @@ def skip_ahead(
         return Replay(config, workload_ref, limit, start), None
     if compiled is None:
         compiled = graph_for(config, workload_ref, graphs, start)
-    if compiled is None:
-        raise RuntimeError(f"the workload could not be built for the replay of {config.trial_id}")
     if graphs is not None:
         replay = _kept_replay(config, workload_ref, limit, graphs, start)
     else:
@@ -336,17 +334,14 @@ def graph_for(
     graphs: GraphCache | None,
     start: Mapping[str, Any] | None,
     group: RankGroup | None = None,
-) -> CompiledStep | None:
+) -> CompiledStep:
     """The worker's graph of ``config``, built now (and kept, with ``graphs``) when it has none, so the
     worker's next twins, its profile and a later FP32 trial reuse it instead of compiling once per
-    diagnosis. None when the workload cannot be built here."""
+    diagnosis."""
     held = graphs.held(config, workload_ref) if graphs is not None else None
     if held is not None:
         return held
-    try:
-        step = CompiledStep(config, trial_workload(config, workload_ref, start), group)
-    except Exception:  # noqa: BLE001 - an odd workload: the replay's own compile below still works
-        return None
+    step = CompiledStep(config, trial_workload(config, workload_ref, start), group)
     if graphs is not None:
         graphs.hold(config, workload_ref, step)
     return step

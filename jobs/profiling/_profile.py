@@ -156,10 +156,7 @@ def _profile(
     recorder = Recorder()
     try:
         replay = Replay(config, workload_ref, prefix_steps + steps, start)
-        if compiled is None:
-            compiled = graph_for(config, workload_ref, None, start)
-        if compiled is None:
-            raise RuntimeError("the workload could not be built for the profile's compiled steps")
+        compiled = compiled if compiled is not None else graph_for(config, workload_ref, None, start)
         between = functools.partial(replay.on_graph, compiled)
         first = config.start_step
         bad = between(prefix_steps)
