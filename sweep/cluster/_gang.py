@@ -294,11 +294,16 @@ class GangActors:
         NCCL: maybe never). A call queued behind another is judged only once a rank has begun it."""
         import ray
 
+        session = ray.get_runtime_context().get_session_name()
         clock = StallClock(self.size, self.stall_timeout_s)
         while not combined.done() and not gang.killed:
             time.sleep(PROGRESS_EVERY_S)
-            asked = [rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks]
+            if not ray.is_initialized() or ray.get_runtime_context().get_session_name() != session:
+                return  # the cluster this call ran on is gone: its ranks with it
             try:
+                asked = [
+                    rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks
+                ]
                 readings = ray.get(asked, timeout=max(PROGRESS_EVERY_S, 5.0))
             except Exception:  # noqa: BLE001 - a rank that cannot answer has not moved
                 readings = None
