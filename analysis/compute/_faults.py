@@ -1,9 +1,5 @@
-"""What went non-finite without being the configuration's doing (``docs/faults.md``).
-
-The ``anomalies`` rows whose ``cause`` is not ``numerics``: a batch that held a non-finite value
-(``input``: the trial is reported, not ranked), a NaN an exact replay did not reproduce
-(``not_reproduced``: the trial ran again and its rerun is what the ranking uses), a localization that
-could not decide (``unknown``). A device with more than one ``not_reproduced`` run is a suspect.
+"""The ``anomalies`` rows whose ``cause`` is not ``numerics``: what went non-finite without being the
+configuration's doing (docs/faults.md), and the devices where such NaNs did not reproduce more than once.
 """
 
 from __future__ import annotations

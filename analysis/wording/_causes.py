@@ -1,9 +1,5 @@
-"""What the report says about a NaN that was not the configuration's doing (``docs/faults.md``).
-
-A bad batch (``input``) is named with its step and place and counted against no configuration; a NaN
-an exact replay did not reproduce (``not_reproduced``) is named with the device it happened on and
-the rerun the ranking uses; a device with more than one such NaN is a suspect, which the next run can
-leave out (``avoid_devices``).
+"""What the report says about a NaN that was not the configuration's doing (docs/faults.md): a bad
+batch, a NaN that did not reproduce and its rerun, a suspect device and how to leave it out.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Whether a non-finite trial was numerics at all, before any Cell is looked for (``docs/faults.md``).
+"""Whether a non-finite trial was numerics at all, before any Cell is looked for (docs/faults.md).
 
-A NaN from a bad batch or a device fault looks like one from float16. So a trial whose loss broke at
-step ``s`` is first rerun from its own start, on its own compiled graph and batches, to ``s``:
-
-- a batch up to ``s`` that already holds a non-finite value is an ``input`` fault: nothing in the
-  model is to blame, and every configuration would have seen it;
-- the rerun's loss must match the trial's bit for bit at every step before ``s``; where it does not,
-  the rerun is not exact and no cause can be claimed (``unknown``);
-- an exact rerun that breaks again at ``s`` is ``numerics``: the Cell is localized next;
-- an exact rerun that stays finite at ``s`` is ``not_reproduced``: a transient device or transfer
-  fault, and the driver runs the trial again on another device.
-
-On a gang every rank looks at its own part of each batch, and the ranks agree (``flagged``) before
-the rerun's steps, which reduce across the ranks as the trial's did.
+The trial is rerun from its own start on its own compiled graph and batches to the step that broke: a
+batch that already held a non-finite value is ``input``; a rerun whose loss differs from the trial's
+before that step is not exact (``unknown``); an exact rerun that breaks there again is numerics (the
+Cell is localized next); one that stays finite is ``not_reproduced`` (a device or transfer fault). On a
+gang each rank checks its own part and the ranks agree (``flagged``) before the rerun's steps.
 """
 
 from __future__ import annotations

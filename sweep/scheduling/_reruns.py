@@ -1,12 +1,7 @@
-"""A NaN that an exact replay did not reproduce is no verdict on its configuration: run it once more.
-
-The worker's replay calls such a trial ``not_reproduced`` (``jobs``: ``cause_of``): its own graph, from
-its own start, matched it bit for bit and stayed finite where it broke, so a device or a transfer
-failed, not the numerics. Megatron-Core's rerun logic reruns in place, then elsewhere; ampsweep's
-worker has done the first, and the pool does the second: the trial goes back to the front of the line,
-for another device where one is free. The rerun's result is the trial's, and the first run's row stays
-beside it (``attempt`` 1) so the report can name the device. If the rerun breaks at the same step, its own
-replay reproduces it and names the Cell: numerics after all.
+"""A NaN that an exact replay did not reproduce is no verdict on its configuration: run it once more,
+on another device where one is free (docs/faults.md). The worker has rerun it in place (``cause_of``);
+this is Megatron-Core's second step, elsewhere. The rerun's result is the trial's, with the first run's
+row beside it (``attempt`` 1); a rerun that breaks at the same step is localized as numerics after all.
 """
 
 from __future__ import annotations
