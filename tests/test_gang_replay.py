@@ -2,7 +2,7 @@
 
 The gang names the Cell and the rank whose part broke; a replay that raises on rank 1 alone fails the
 localization on every rank at the same point (no rank waits in a collective the other skipped), the
-trial's own result stands, and the same gang trains the next trial.
+trial's own result stands, and the gang is formed again before its next trial.
 """
 
 from __future__ import annotations
@@ -29,25 +29,6 @@ def test_a_gang_names_the_cell_and_the_rank_whose_part_broke(gang):
     assert (row["rank"], row["ranks_broken"], row["cause"]) == (1, 1, NUMERICS)
 
 
-def test_a_replay_that_raises_on_rank_1_leaves_the_trial_standing_and_the_gang_in_step(gang):
-    actors, formed = gang
-    config = trial_config(workload=FAILS, steps=12, devices=2, workload_args={"token": uuid.uuid4().hex})
-    result = answer(actors, actors.run(formed, config, FAILS, None, None))
-    assert (result.outcome, result.error) == (Outcome.DIVERGED, None), (
-        "the trial trained well: its result stands"
-    )
-    (row,) = result.anomalies.to_pylist()
-    assert row["cause"] == UNKNOWN and row["cell"] is None and row["rank"] == 1
-    assert row["note"] == (
-        "localization failed on rank 1 of 2: RuntimeError: rank 1 cannot rebuild its workload for the replay"
-    )
-    assert not formed.killed, "both ranks stopped at the same point: the gang stays in step"
-    again = answer(
-        actors, actors.run(formed, trial_config(workload=ROWS, steps=12, devices=2, seed=1), ROWS, None, None)
-    )
-    assert again.error is None and again.anomalies.column("cell").to_pylist() == ["attn"]
-
-
 def test_a_bad_sample_in_rank_1s_part_is_an_input_fault_named_on_rank_1(gang):
     actors, formed = gang
     args = {"fault": "input", "fault_row": 11}  # row 3 of rank 1's half of the global batch of 16
@@ -68,3 +49,19 @@ def test_a_nan_the_gangs_exact_rerun_does_not_bring_back_is_not_reproduced(gang,
     (row,) = result.anomalies.to_pylist()
     assert (row["cause"], row["replay_step"], row["cell"]) == (NOT_REPRODUCED, 20, None)
     assert not formed.killed, "the ranks reran together and agree"
+
+
+def test_a_replay_that_raises_on_rank_1_leaves_the_trial_standing_and_forms_the_gang_again(gang):
+    """Last in the module: it ends the module's gang."""
+    actors, formed = gang
+    config = trial_config(workload=FAILS, steps=12, devices=2, workload_args={"token": uuid.uuid4().hex})
+    result = answer(actors, actors.run(formed, config, FAILS, None, None))
+    assert (result.outcome, result.error) == (Outcome.DIVERGED, None), (
+        "the trial trained well: its result stands"
+    )
+    (row,) = result.anomalies.to_pylist()
+    assert row["cause"] == UNKNOWN and row["cell"] is None and row["rank"] == 1
+    assert row["note"] == (
+        "localization failed on rank 1 of 2: RuntimeError: rank 1 cannot rebuild its workload for the replay"
+    )
+    assert formed.killed, "the gang is formed again before its next trial"

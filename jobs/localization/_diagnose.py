@@ -140,11 +140,12 @@ def diagnose(
             result.config, workload_ref, mode=mode, device_target=target, until_step=until_step, graphs=graphs,
             start=start, group=group,
         )  # fmt: skip
-    except PeerFailed as exc:  # every rank raised here together: the gang is still in step
-        return _failed(mode, f"localization failed on {exc}", {**run, "rank": exc.rank})
     except Exception as exc:  # noqa: BLE001 - a replay is evidence, never a reason to lose the trial
-        failed = _failed(mode, f"localization failed{_on_rank(group)}: {type(exc).__name__}: {exc}", run)
-        if group is not None:  # its peers may wait in a collective this rank left: form the gang again
+        if isinstance(exc, PeerFailed):  # every rank raised here together: none waits for another
+            failed = _failed(mode, f"localization failed on {exc}", {**run, "rank": exc.rank})
+        else:
+            failed = _failed(mode, f"localization failed{_on_rank(group)}: {type(exc).__name__}: {exc}", run)
+        if group is not None:  # a rank's replay state is unknown after it failed: form the gang again
             raise RanksApart(failed) from exc
         return failed
     table = _global_steps(table, result.config.start_step)
@@ -177,8 +178,9 @@ def _caused(mode: str, cause: Cause, start_step: int, run: dict[str, Any]) -> pa
 
 
 class RanksApart(RuntimeError):
-    """A rank's replay raised where its peers did not agree to stop (in a collective, say): its gang may
-    be out of step and is formed again; ``table`` is the row that says the localization failed."""
+    """A rank's replay raised: its gang is formed again before its next trial (where the ranks agreed to
+    stop, none waits; where they did not, in a collective say, a peer may); ``table`` is the row that says
+    the localization failed."""
 
     def __init__(self, table: pa.Table) -> None:
         super().__init__(table.column("note")[0].as_py())

@@ -43,8 +43,8 @@ STRAGGLERS_S = 30.0
 STALL_STEPS = 20
 #: ... but never sooner than this (a spec's ``stall_timeout_s`` sets the bound itself)
 MIN_STALL_S = 60.0
-#: how often the driver reads a running gang's progress (``TrialWorker.progress``)
-PROGRESS_EVERY_S = 1.0
+#: how often the driver reads a running gang's progress (``TrialWorker.progress``), and how long it waits
+PROGRESS_EVERY_S, PROGRESS_TIMEOUT_S = 1.0, 2.0
 
 
 class GangScheduler:
@@ -117,6 +117,10 @@ class Gang:
     pending: list[Future[Any]] = field(default_factory=list)
     #: trials sent to its ranks so far: the n-th is the ranks' ``progress`` call n
     trials_sent: int = 0
+    #: set when the gang is ended; its progress watches (``watches``) stop, and ``kill`` waits for them,
+    #: so none calls Ray after the pool has closed (a call racing ``ray.shutdown`` can crash the driver)
+    ended: threading.Event = field(default_factory=threading.Event)
+    watches: list[threading.Thread] = field(default_factory=list)
 
 
 class GangActors:
@@ -286,7 +290,10 @@ class GangActors:
             with gang.lock:
                 gang.trials_sent += 1
                 call = gang.trials_sent
-            threading.Thread(target=self._watch_progress, args=(gang, combined, call), daemon=True).start()
+            watch = threading.Thread(target=self._watch_progress, args=(gang, combined, call), daemon=True)
+            with gang.lock:
+                gang.watches = [w for w in gang.watches if w.is_alive()] + [watch]
+            watch.start()
 
     def _watch_progress(self, gang: Gang, combined: Future[Any], call: int) -> None:
         """Read the ranks' progress while trial call ``call`` runs; a rank that stalled ends it
@@ -296,15 +303,14 @@ class GangActors:
 
         session = ray.get_runtime_context().get_session_name()
         clock = StallClock(self.size, self.stall_timeout_s)
-        while not combined.done() and not gang.killed:
-            time.sleep(PROGRESS_EVERY_S)
+        while not combined.done() and not gang.ended.wait(PROGRESS_EVERY_S) and not gang.killed:
             if not ray.is_initialized() or ray.get_runtime_context().get_session_name() != session:
                 return  # the cluster this call ran on is gone: its ranks with it
             try:
                 asked = [
                     rank.progress.options(concurrency_group=PROGRESS_GROUP).remote() for rank in gang.ranks
                 ]
-                readings = ray.get(asked, timeout=max(PROGRESS_EVERY_S, 5.0))
+                readings = ray.get(asked, timeout=PROGRESS_TIMEOUT_S)
             except Exception:  # noqa: BLE001 - a rank that cannot answer has not moved
                 readings = None
             if readings is not None and max(r[0] for r in readings) != call:
@@ -346,6 +352,11 @@ class GangActors:
 
         with actor.lock:
             actor.killed = True
+            watches = list(actor.watches)
+        actor.ended.set()
+        for watch in watches:
+            if watch is not threading.current_thread():
+                watch.join(PROGRESS_TIMEOUT_S + 1.0)
         for process in [*actor.ranks, actor.scheduler]:
             if process is not None:
                 try:
