@@ -7,6 +7,10 @@ replay (a forward culprit before a backward one; a dynamic scaler's backward-onl
 then measures the Cell in an FP32 twin. ``departure`` compares the policy with an FP32 twin at the same
 weights at check steps. A jitted run and its PyNative replay may break a few steps apart (fusion
 changes float16 rounding): ``replay_step`` is the replay's.
+
+On a gang (``on_ranks``, docs/large-models.md) the hooks see only a rank's own forward and backward (up
+to the reduction); the steps before and each update run on the trial's compiled graph, all ranks
+together, and whatever a rank does on its own is followed by one agreement (``together``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ampsweep.contracts import ANOMALIES_SCHEMA, FP32_LEVEL
 
 from .._config import TrialConfig
 from ..training._data_parallel import together
-from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin
+from ._fp32_twin import blame_upstream, compare_with_fp32, fp32_twin, hooked_twin_step
 from ._hooks import CellProbe, Event
 from ._inside import replay_inside
 from ._replay import (
@@ -33,6 +37,7 @@ from ._replay import (
     copy_weights,
     ensure_pynative,
     fp32_of,
+    graph_for,
     parameter_owner,
     restore_mode,
     skip_ahead,
@@ -341,15 +346,13 @@ def localize(
     ``until_step``: the jitted run's first non-finite step, if known; the replay stops ``UNTIL_MARGIN``
     steps after it. ``graphs``: the worker's compiled steps, so the steps not looked at run on the trial's
     own graph. ``start``: a forked trial's snapshot. ``device_target`` only goes into the note. ``group``:
-    this rank of a gang, every rank replaying its own part at once (``_ranks.on_ranks``)."""
+    this rank of a gang, every rank replaying its own part at once (``on_ranks``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     started = time.perf_counter()
     previous = ensure_pynative()
     try:
         if group is not None:
-            from ._ranks import on_ranks  # it builds on this module's parts
-
             found = on_ranks(config, workload_ref, group, mode, until_step, graphs, start)
         elif mode == "departure":
             found = departure(config, workload_ref, start)
@@ -402,6 +405,142 @@ def finished(
     finding, zero_fraction = found
     finding.note.append(f"replayed on {device_target} in {time.perf_counter() - started:.1f} s")
     return _table([_row(mode, finding, zero_fraction)])
+
+
+# a gang ------------------------------------------------------------------------------------------
+
+#: whose step a gang's ``replay_step`` is: the trial's own, looked at on one rank's part
+ON_RANKS = "the trial's own compiled run, looked at on this rank's part of the global batch"
+
+
+def on_ranks(
+    config: TrialConfig,
+    workload_ref: str,
+    group: RankGroup,
+    mode: str,
+    until_step: int | None,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+) -> tuple[CellFinding, float] | None:
+    """``localize``'s finding on one rank of a gang, called on every rank at once; a rank whose part stayed
+    finite finds nothing but ran its share of the compiled steps."""
+    compiled = together(group, step=-1, work=lambda: graph_for(config, workload_ref, graphs, start, group))
+    if mode == "departure":
+        return departure(config, workload_ref, start, group, compiled, graphs)
+    limit = nonfinite_limit(config, until_step)
+    finding, last = _nonfinite_on_ranks(
+        config, workload_ref, compiled, limit, until_step, graphs, start, group
+    )
+    twin = None
+    if config.amp_level != FP32_LEVEL and last >= 0:  # every rank runs the twin's steps, in step
+        twin = _fp32_twin_on_ranks(config, workload_ref, finding, last, graphs, start, group)
+    return judged(config, finding, twin, ON_RANKS)
+
+
+def _nonfinite_on_ranks(
+    config: TrialConfig,
+    workload_ref: str,
+    compiled: CompiledStep,
+    limit: int,
+    until_step: int | None,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> tuple[CellFinding | None, int]:
+    """This rank's culprit from the trial's first broken step on, and the last step looked at (the same
+    on every rank; -1: none)."""
+    first = 0 if until_step is None else max(0, min(until_step, limit))
+    replay = together(
+        group, step=-1, work=lambda: _started(config, workload_ref, limit, start, compiled, graphs, group)
+    )
+    early = replay.steps_on(compiled, first)
+    if early is not None:  # the graph broke before the trial did: look from that step, from the start again
+        together(group, lambda: _started(config, workload_ref, limit, start, compiled, graphs, group, replay))
+        replay.steps_on(compiled, early)
+        first = early
+    probe = replay.attach(CellProbe(backward=True))
+    look = Look(replay.dynamic)
+    last = -1
+
+    def looked_at(index: int) -> tuple[Any, ...] | None:
+        batch = next(replay.batches, None)
+        if batch is not None and look.finding is None:
+            compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+            probe.start()
+            finite, bad_params = replay.look(batch)
+            probe.stop()
+            look.at(probe, index, finite, bad_params)
+        return batch
+
+    try:
+        for index in range(first, limit):
+            batch = together(group, step=index, work=lambda: looked_at(index))  # noqa: B023 - called at once
+            if batch is None:
+                break
+            last = index
+            if not replay.went_on(compiled, batch):
+                break
+    finally:
+        replay.close()
+    finding = look.settled()
+    if finding is not None and first:
+        finding.note.append(f"steps 0-{first - 1} ran on the trial's compiled graph, all ranks together")
+    return finding, last
+
+
+def _started(
+    config: TrialConfig,
+    workload_ref: str,
+    steps: int,
+    start: Mapping[str, Any] | None,
+    compiled: CompiledStep,
+    graphs: GraphCache | None,
+    group: RankGroup,
+    replay: Replay | None = None,
+) -> Replay:
+    """A replay at the trial's start: built, or ``replay`` restarted (its network and optimizer kept)."""
+    if replay is None:
+        replay = Replay(config, workload_ref, steps, start, group)
+    else:
+        replay.restart(config, workload_ref, steps, start)
+    replay.start_on(compiled, graphs, workload_ref)
+    return replay
+
+
+def _fp32_twin_on_ranks(
+    config: TrialConfig,
+    workload_ref: str,
+    finding: CellFinding | None,
+    last: int,
+    graphs: GraphCache | None,
+    start: Mapping[str, Any] | None,
+    group: RankGroup,
+) -> CellProbe | None:
+    """``fp32_twin`` on a gang: FP32's compiled steps 0 to ``last`` - 1 on every rank, with this rank's
+    part hooked at its finding's step. None: no finding here, or FP32 broke first."""
+    fp32 = fp32_of(config)
+    compiled = together(group, step=-1, work=lambda: graph_for(fp32, workload_ref, graphs, start, group))
+    at = last if finding is None else finding.step
+    replay = together(
+        group, step=-1, work=lambda: _started(fp32, workload_ref, last + 1, start, compiled, graphs, group)
+    )
+    try:
+        if replay.steps_on(compiled, at) is not None:
+            return None  # FP32 itself went non-finite before that step (on every rank)
+
+        def twin_at() -> tuple[tuple[Any, ...] | None, CellProbe | None]:
+            batch = next(replay.batches, None)
+            if batch is None or finding is None:
+                return batch, None
+            compiled.copy_state_into(replay.loss_cell, replay.optimizer, replay.scaler)
+            return batch, hooked_twin_step(replay, batch, finding)
+
+        batch, twin = together(group, step=at, work=twin_at)
+        if batch is not None and at < last and replay.went_on(compiled, batch):
+            replay.steps_on(compiled, last - at - 1)
+        return twin
+    finally:
+        replay.close()
 
 
 __all__ = [

@@ -79,7 +79,7 @@ def localize_from(
     replay is a trial of the sweep's own kind, so it starts from the snapshot
     exactly as a trial of the spec will (data positioned by ``start_step``).
     ``group``: this rank in a data-parallel job, where every rank replays its
-    own part of the global batch at once (``jobs.localization._ranks``); the
+    own part of the global batch at once (``jobs.localization._localize.on_ranks``); the
     finding is this rank's (``first_of_ranks`` merges them).
     """
     import mindspore as ms
