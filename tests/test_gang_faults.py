@@ -79,7 +79,9 @@ def test_a_killed_rank_forms_the_gang_again_and_the_sweep_answers_as_on_one_devi
     )
     # the broken configurations were localized on the gang's ranks, and the report names the Cell and rank
     anomalies = pd.read_parquet(tmp_path / "gang" / "anomalies")
-    assert set(anomalies["cell_class"]) == {"NaiveSoftmax"} and anomalies["rank"].notna().all()
+    shown = anomalies[["trial_id", "cause", "cell_class", "replay_step", "rank", "note"]].to_dict("records")
+    named = anomalies[anomalies["cause"] == "numerics"]
+    assert set(named["cell_class"]) == {"NaiveSoftmax"} and named["rank"].notna().all(), shown
     from ampsweep.analysis import render_markdown
 
     opening = "\n".join(render_markdown(analyze(tmp_path / "gang", figures=False)).splitlines()[:12])
