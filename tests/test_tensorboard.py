@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from ampsweep.sweep import Sweep
 from ampsweep.sweep._errors import SpecError
 from ampsweep.sweep._tensorboard import exporting
 from ampsweep.sweep.cli import main
+from tests._wait import wait_until
 from tests.test_analysis import CURVE, STEPS, build_ranked_sweep, write_anomaly, write_trial
 from tests.test_e2e import TINY, _ampsweep, _spec
 
@@ -77,14 +77,6 @@ def exported(logdir: Path, sweep: str = "unit-sweep") -> dict[str, str]:
     """The trials the manifest lists as exported (none before the first export)."""
     manifest = logdir / sweep / MANIFEST
     return json.loads(manifest.read_text())["runs"] if manifest.exists() else {}
-
-
-def eventually(done: Callable[[], bool], what: str) -> None:
-    """Wait until the live exporter has done ``what``; a hang guard, not a timing: fails after two minutes."""
-    give_up = time.monotonic() + 120
-    while not done():
-        assert time.monotonic() < give_up, f"the exporter never did this: {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture
@@ -157,9 +149,13 @@ def test_a_running_sweep_is_exported_while_it_runs_and_whole_at_its_end(sweep: P
     logdir = tmp_path / "tb"
     with exporting(str(sweep), str(logdir)):
         # live rounds export what is committed, and what commits later, before the sweep ends
-        eventually(lambda: len(exported(logdir)) == 21, "export the committed trials")
+        wait_until(lambda: len(exported(logdir)) == 21, 120, message="export the committed trials")
         write_trial(sweep, "late0", loss=CURVE, clip=5.0, seed=0)
-        eventually(lambda: "late0" in exported(logdir), "export the trial committed after its first round")
+        wait_until(
+            lambda: "late0" in exported(logdir),
+            120,
+            message="export the trial committed after its first round",
+        )
         live = read_back(logdir)
         assert len(live.Runs()) == 22 and live.Scalars(run_of(live, "late0"), "loss")
         # the rounds while it runs leave the recommendation (it ranks the whole sweep) to the last one
@@ -298,7 +294,11 @@ def test_a_live_round_that_fails_is_said_once_and_the_next_round_exports(sweep: 
         said = child.stderr.readline()
         assert said.startswith("ampsweep: the live TensorBoard export failed") and "unit-sweep" in said, said
         (logdir / "unit-sweep").unlink()
-        eventually(lambda: child.poll() is None and len(exported(logdir)) == 21, "export in a later round")
+        wait_until(
+            lambda: child.poll() is None and len(exported(logdir)) == 21,
+            120,
+            message="export in a later round",
+        )
     finally:
         child.stdin.close()
         child.wait(120)
