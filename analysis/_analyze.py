@@ -116,10 +116,10 @@ def analyze(sweep_dir: str | Path, *, figures: bool = True) -> SweepAnalysis:
     inv.unreadable = unreadable
     horizon = read_horizon(sweep_dir)
     # judged against FP32 only up to where FP32 broke, on the seeds where it did (the search judges alike)
-    scores = trial_scores(sweep_dir, trials)
+    faults = read_faults(sweep_dir, list(trials["trial_id"])) if inv.has_anomalies_dir else []
+    scores = trial_scores(sweep_dir, trials, faults)
     ranked = scores[scores["ranked"]]
     anomalies = read_anomalies(sweep_dir, list(ranked["trial_id"])) if inv.has_anomalies_dir else None
-    faults = read_faults(sweep_dir, list(scores["trial_id"])) if inv.has_anomalies_dir else []
     kinds = [
         _rank_kind(
             sweep_dir,

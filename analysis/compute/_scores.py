@@ -30,7 +30,7 @@ from ampsweep.contracts import (
 )
 
 from .._model import Fp32Reference
-from ._faults import input_trials, read_faults
+from ._faults import Fault, input_trials, read_faults
 from ._fp32_break import BROKE_AT, cut_at_fp32_break
 from ._load import arg_columns, load_trials
 from ._side_files import swept_values
@@ -167,7 +167,9 @@ def _final_loss(trials: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return steps["final_loss_steps"].fillna(trials["final_loss"])
 
 
-def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> pd.DataFrame:
+def trial_scores(
+    sweep_dir: str | Path, trials: pd.DataFrame | None = None, faults: list[Fault] | None = None
+) -> pd.DataFrame:
     """The trials table with every per-trial score added (``ranked``, ``reference``, ``target``, ``final``,
     ``first_nonfinite``, ``clip_rate``, ``speed_vs_fp32``, the step aggregates, ``verdict``, ...). The one
     scoring pass: on a seed whose FP32 run broke, every trial is scored and judged on its steps before that
@@ -176,7 +178,8 @@ def trial_scores(sweep_dir: str | Path, trials: pd.DataFrame | None = None) -> p
     trials = load_trials(sweep_dir) if trials is None else trials.copy()
     trials = trials.reset_index(drop=True)
     # a trial that broke on a bad batch is reported, not ranked: every configuration of its seed saw it
-    bad_batch = input_trials(read_faults(sweep_dir, list(trials["trial_id"])))
+    faults = read_faults(sweep_dir, list(trials["trial_id"])) if faults is None else faults
+    bad_batch = input_trials(faults)
     trials["ranked"] = ranked_trials(trials) & ~trials["trial_id"].isin(list(bad_batch))
     trials[MODEL], at_fp32 = _model(trials)
     trials[ARGS_PREFERENCE] = _args_preference(trials, swept_values(sweep_dir))
