@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from packaging.version import Version
 
 pytest.importorskip("mindspore")
 
@@ -29,6 +28,7 @@ from ampsweep.jobs.training._amp import (  # noqa: E402
     known_layer_types,
     resolve_black_list,
 )
+from tests._mindspore_versions import OLD_JIT_ATTENTION  # noqa: E402
 
 WIDTH, TOKENS, CLASSES = 8, 4, 3
 
@@ -312,18 +312,9 @@ def test_o1_leaves_the_inside_of_a_listed_cell_uncast(pynative: None) -> None:
     assert not np.isfinite(net.inp(beyond_fp16).asnumpy()).all()  # a Dense outside it: float16
 
 
-#: MindSpore 2.7's compiled MultiheadAttention multiplies its float16 input by the float32 weight it
-#: reads from a Dense kept in float32 (``out_proj.weight``) and raises "MatMulExt, the input type must
-#: be same"; 2.10 casts the weight. Measured 2026-12-06; such a trial fails on 2.7 (issue 41 item 4).
-_OLD_MHA = pytest.mark.xfail(
-    Version(ms.__version__) < Version("2.10"),
-    reason="MindSpore < 2.10: MultiheadAttention cannot read a float32 Dense's weight under jit",
-    strict=True,
-)
-
 JIT_CASES = [
     ("O2", AttentionNet, ("MultiheadAttention",)),
-    pytest.param("O2", AttentionNet, ("Dense",), marks=_OLD_MHA),
+    pytest.param("O2", AttentionNet, ("Dense",), marks=OLD_JIT_ATTENTION),
     ("O2", KindsNet, ("DictCell", "KeywordCell", "SharedCell", "BaseNorm")),
     ("O3", EncoderNet, ("TransformerEncoderLayer",)),
     # O1 rewrites the network; the listed instances were marked before, and it leaves them alone

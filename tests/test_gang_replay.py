@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 from ampsweep.contracts import INPUT, NOT_REPRODUCED, NUMERICS, UNKNOWN, Outcome
+from tests._mindspore_versions import OLD_JIT_ATTENTION
 from tests._trial import trial_config
 from tests.conftest import answer
 
@@ -20,6 +21,7 @@ FAILS = f"{WORKLOADS / 'replay_fails.py'}:make"
 FAULTS = f"{WORKLOADS / 'faults.py'}:make"
 
 
+@OLD_JIT_ATTENTION
 def test_a_gang_names_the_cell_and_the_rank_whose_part_broke(gang):
     actors, formed = gang
     config = trial_config(workload=ROWS, steps=12, devices=2)
