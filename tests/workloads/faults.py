@@ -6,6 +6,10 @@ cause, injected by the workload itself (no hook in ampsweep):
 - ``fault="transient"``: the first trial of seed ``fault_seed`` to reach step ``fault_step`` gets one NaN
   in a hidden activation, once in the whole sweep (``marker``: a file that says it happened), like a
   flipped bit on a device: the trial's own replay and its rerun elsewhere are clean;
+- ``fault="device"``: a flaky device. On the Ray node that holds the custom resource ``fault_resource``,
+  every other run that reaches step ``fault_step`` gets one NaN there, whatever its seed: a trial breaks,
+  its exact rerun in the same process is clean, its rerun on another node is clean, and the next trial on
+  that node breaks again.
 
 The NaN comes from a Python function run as a MindSpore ``Custom`` op (``pyfunc``), which runs on every
 step even under ``jit``. Its counts live in the process's environment, which outlives the module (a
@@ -59,15 +63,34 @@ class Classifier(nn.Cell):
         return self.head(self.act(self.norm(self.fault(self.fc1(x)))))
 
 
+def _key(fault: str, seed: int, marker: str) -> str:
+    """The environment variable that counts the op's calls: per process and per marker (a Ray worker
+    inherits the environment of the test that started Ray); a device fault's counts every seed's."""
+    return f"AMPSWEEP_TEST_FAULT_{fault}_{'any' if fault == 'device' else seed}_{zlib.crc32(marker.encode())}"
+
+
+def _on_node_with(resource: str) -> bool:
+    """Whether this process runs on a live Ray node that holds ``resource``."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    return any(
+        node["Alive"] and node["NodeID"] == here and resource in node["Resources"] for node in ray.nodes()
+    )
+
+
 def _hit(fault: str, seed: int, fault_seed: int, fault_step: int, marker: str) -> Any:
     """The Python function the ``Custom`` op runs: the step's activations, NaN where the fault strikes."""
-    # per process and per marker: a Ray worker inherits the environment of the test that started Ray
-    key = f"AMPSWEEP_TEST_FAULT_{fault}_{seed}_{zlib.crc32(marker.encode())}"
+    key = _key(fault, seed, marker)
 
     def hit(x: np.ndarray) -> np.ndarray:
         calls = int(os.environ.get(key, "0")) + 1
         os.environ[key] = str(calls)
         strike = fault != "none" and seed == fault_seed and calls == fault_step + 1
+        if fault == "device" and calls == fault_step + 1:  # this run reached the step: every other one breaks
+            arrivals = int(os.environ.get(f"{key}_arrivals", "0")) + 1
+            os.environ[f"{key}_arrivals"] = str(arrivals)
+            strike = arrivals % 2 == 1
         if fault == "transient":
             strike = strike and not Path(marker).exists()
             if strike:
@@ -99,7 +122,12 @@ def make(
     fault_step: int = 20,
     marker: str = "",
     fault_row: int = 3,
+    fault_resource: str = "faulty_device",
 ) -> Workload:
+    if fault == "device":
+        os.environ[_key(fault, seed, marker)] = "0"  # a run starts: the trial or a rerun of it
+        if not _on_node_with(fault_resource):
+            fault = "none"
     hit = _hit(fault, seed, fault_seed, fault_step, marker)
     poisoned = fault_step if fault == "input" and seed == fault_seed else None
     return Workload(
