@@ -24,13 +24,11 @@ from ..training._batches import batch_stream
 from ..training._capture import loss_ok
 from ..training._data_parallel import flagged, shard_stream, together
 from ..training._snapshot import continue_scaler
-from ..training._step import CompiledStep, GraphCache
+from ..training._step import HEAD_FINITE, HEAD_LOSS, CompiledStep, GraphCache
 from ..training._trainer import begin_trial, skip_batches, trial_step, trial_workload
 
 if TYPE_CHECKING:
     from ..training._data_parallel import RankGroup
-
-_LOSS, _FINITE = 0, 2  # of a step's HEAD vector
 
 
 @dataclass(frozen=True)
@@ -74,15 +72,15 @@ def cause_of(
     head = np.zeros(3)
     for index, batch in enumerate(drawn):
         head = trial_step(step, clip, batch, index, every).asnumpy()
-        if index < until_step and not _same(head[_LOSS], trial_loss[index]):
+        if index < until_step and not _same(head[HEAD_LOSS], trial_loss[index]):
             return Cause(
                 UNKNOWN,
                 index,
-                f"the rerun was not exact: its loss at step {config.start_step + index} was {head[_LOSS]!r}, "
+                f"the rerun was not exact: its loss at step {config.start_step + index} was {head[HEAD_LOSS]!r}, "
                 f"the trial's {float(trial_loss[index])!r}",
             )
     dynamic = parse_loss_scale(config.loss_scale).kind == "dynamic"
-    broke = not loss_ok(config, head[:1])[0] or (head[_FINITE] <= 0.5 and not dynamic)
+    broke = not loss_ok(config, head[:1])[0] or (head[HEAD_FINITE] <= 0.5 and not dynamic)
     if broke or len(drawn) <= until_step:
         return None
     at = config.start_step + until_step

@@ -25,6 +25,8 @@ _NO_CLIP = float(np.finfo(np.float32).max)
 SAMPLED_STATS = 5
 #: Length of the per-step metric vector (loss, norm, finite, scale); a sampled step's vector begins with it.
 HEAD = 4
+#: Where each of the ``HEAD`` scalars sits in a step's vector.
+HEAD_LOSS, HEAD_NORM, HEAD_FINITE, HEAD_SCALE = 0, 1, 2, 3
 LEAN, SAMPLED = "lean", "sampled"
 #: Key of one Parameter of the training state: (owner, name), owner one of net, opt, scaler.
 StateKey = tuple[str, str]
