@@ -64,6 +64,10 @@ def test_a_flaky_device_is_named_its_trials_rerun_elsewhere_and_avoid_devices_le
     assert (reruns["attempts"] == 2).all() and flaky not in set(reruns["node"]), "each rerun ran elsewhere"
     assert f"Suspect device: node {flaky}: {len(anomalies)} NaNs there did not reproduce on replay" in text
     assert f"`avoid_devices: ['{flaky}:']`" in text
+    (other,) = set(trials["node"]) - {flaky}
+    assert (
+        f"on node {flaky} did not reproduce on replay, and a rerun on node {other} trained to the end" in text
+    )
     said = "\n".join(sweep_status(str(tmp_path / "flaky")).lines())
     assert f"suspect device: node {flaky}: {len(anomalies)} NaNs did not reproduce" in said
 

@@ -48,7 +48,9 @@ def test_a_transient_fault_is_rerun_and_the_answer_is_the_clean_grids(tmp_path, 
     trials = pd.read_parquet(tmp_path / "transient" / "trials").set_index("trial_id")
     rerun = trials.loc[first["trial_id"].iloc[0]]
     assert rerun["outcome"] == "completed" and rerun["attempts"] == 2
-    assert "did not reproduce on replay, and a rerun on node " in text
+    assert "did not reproduce on replay, and a rerun on the same device trained to the end" in text, (
+        "one CPU node is one device"
+    )
     assert "trained to the end: a device or transfer fault, not numerics. The ranking uses the rerun." in text
 
 

@@ -63,10 +63,11 @@ def _input_lines(faults: list[Fault], trials: pd.DataFrame) -> list[str]:
 
 def _rerun_line(first: Fault, rerun: pd.Series, faults: list[Fault]) -> str:
     """'The NaN of O2 · no clip · seed 1 at step 20 on node N, device 3 did not reproduce on replay, and
-    a rerun on node M, device 5 trained to the end: ...'."""
+    a rerun on node M, device 5 trained to the end: ...' ('on the same device' where no other was free)."""
+    where, again_where = _device(first.node, first.device_id), _device(rerun["node"], rerun["device_id"])
     head = (
-        f"The NaN of {trial_label(rerun)} at step {first.step} on {_device(first.node, first.device_id)} did not "
-        f"reproduce on replay, and a rerun on {_device(rerun['node'], rerun['device_id'])}"
+        f"The NaN of {trial_label(rerun)} at step {first.step} on {where} did not reproduce on replay, and a "
+        f"rerun on {'the same device' if again_where == where else again_where}"
     )
     again = [f for f in faults if f.trial_id == first.trial_id and f.attempt > 1]
     if rerun["outcome"] == "completed" and not again:
