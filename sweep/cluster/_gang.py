@@ -33,7 +33,7 @@ from ampsweep.jobs import (
     merge_ranks,
 )
 
-from ._actors import Completion
+from ._actors import Completion, owned
 
 #: how long a gang may take to form (its placement group placed, every rank joined) before it is lost
 FORM_TIMEOUT_S = 600.0
@@ -411,7 +411,7 @@ def all_ranks(refs: list[Any], failed: Callable[[Any], bool] | None = None) -> F
             if error is not None:
                 combined.set_exception(_naming(error, rank, len(refs)))
                 return
-            answers[rank] = done.result()
+            answers[rank] = owned(done.result())  # off the object store (``owned``)
             left[0] -= 1
             if left[0] == 0:
                 combined.set_result(answers)
