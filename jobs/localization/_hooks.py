@@ -1,24 +1,13 @@
-"""Forward and backward hooks on every Cell of a cast network, for localization.
+"""Forward and backward hooks on every Cell of a cast network, for localization: only on a PyNative
+*replay* (``_localize``), never on the compiled step (a Python call and a host copy per Cell per step).
 
-Used only on a PyNative *replay* of a trial (``jobs.localization._localize``), never on the
-compiled training step: a hook is a Python call per Cell per step, and each one
-copies a tensor to the host.
-
-MindSpore facts this relies on (2.10, checked on CPU):
-
-- ``Cell.register_forward_hook(fn)`` calls ``fn(cell, args, output)`` when the
-  Cell's ``construct`` returns, so nested Cells report innermost first, in
-  execution order (post-order). A Cell called twice per step reports twice.
-- ``Cell.register_backward_hook(fn)`` calls ``fn(cell, grad_input, grad_output)``
-  during ``value_and_grad`` in PyNative; ``grad_input`` is the tuple of
-  gradients w.r.t. the Cell's positional inputs (``None`` for an input that
-  needs no gradient, e.g. the raw data into the first layer or an integer
-  label), ``grad_output`` the gradient arriving at its output. Inner Cells
-  fire in reverse execution order; the enclosing containers fire afterwards.
-- The cast (``ampsweep.amp.keep_in_float32``) wraps no Cell: every Cell is the
-  user's own, at the user's path. A Cell kept in float32 hands its parent its
-  output in the level's dtype through a forward hook registered before these,
-  so it reports the dtype its parent receives.
+MindSpore facts relied on (2.10, CPU): ``register_forward_hook(fn)`` calls ``fn(cell, args, output)``
+when ``construct`` returns, innermost first, once per call. ``register_backward_hook(fn)`` calls
+``fn(cell, grad_input, grad_output)`` under PyNative ``value_and_grad``, in reverse execution order with
+containers after their children; ``grad_input`` holds ``None`` for an input that needs no gradient (raw
+data, an integer label). The cast wraps no Cell (``ampsweep.amp.keep_in_float32``): a Cell kept in float32
+hands its parent the level's dtype through a forward hook registered before these, so it reports the
+dtype its parent receives.
 """
 
 from __future__ import annotations

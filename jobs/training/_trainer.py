@@ -22,25 +22,13 @@ from .._config import TrialConfig
 from .._placement import Placement
 from .._result import Outcome, TrialResult
 from .._workload import Workload, build_workload
+from . import _step as layout
 from ._batches import batch_stream, is_dataset
 from ._capture import layers_table, loss_ok, steps_table
 from ._data_parallel import Progress, RankGroup, shard_stream
 from ._snapshot import checkpoint_bytes, continue_scaler, starting_from
 from ._starts import TrialStart, draw, start_key
-from ._step import (
-    HEAD,
-    HEAD_FINITE,
-    HEAD_LOSS,
-    HEAD_NORM,
-    HEAD_SCALE,
-    LEAN,
-    SAMPLED,
-    SAMPLED_STATS,
-    CompiledStep,
-    GraphCache,
-    initial_state,
-    scaler_state,
-)
+from ._step import HEAD, LEAN, SAMPLED, SAMPLED_STATS, CompiledStep, GraphCache, initial_state, scaler_state
 
 #: Steps whose metrics are copied to the host together.
 BLOCK_STEPS = 25
@@ -187,7 +175,7 @@ def _train(
         pending.append(head)
         if len(pending) == block or index == config.steps - 1:
             flush()
-            ok = loss_ok(config, np.concatenate([r[:, HEAD_LOSS] for r in rows]))
+            ok = loss_ok(config, np.concatenate([r[:, layout.HEAD_LOSS] for r in rows]))
             abort_at = _first_abort(ok, config.abort_after)
             if abort_at is not None:
                 break
@@ -202,10 +190,10 @@ def _train(
     kept = [i for i, at in enumerate(sampled_at) if at < n]
     stats = _statistics(step, [sampled_stats[i] for i in kept])
     metrics = TrialMetrics(
-        loss=table[:, HEAD_LOSS].astype(np.float64),
-        grad_norm=table[:, HEAD_NORM].astype(np.float64),
-        finite=table[:, HEAD_FINITE] > 0.5,
-        scale=table[:, HEAD_SCALE].astype(np.float64),
+        loss=table[:, layout.HEAD_LOSS].astype(np.float64),
+        grad_norm=table[:, layout.HEAD_NORM].astype(np.float64),
+        finite=table[:, layout.HEAD_FINITE] > 0.5,
+        scale=table[:, layout.HEAD_SCALE].astype(np.float64),
         step_ms=ms_per_step,
         layer_names=step.layer_names,
         layer_steps=np.asarray([sampled_at[i] for i in kept], dtype=np.int64),

@@ -53,18 +53,13 @@ class Actors(Protocol):
 
 
 def owned(value: Any) -> Any:
-    """``value`` copied into this process's own memory.
-
-    Ray hands a large answer (a trial's tables) to the driver as views of the node's object store. A view
-    dropped after that node's raylet died makes Ray end the driver on the spot (exit 1, no message, no
-    resume line: measured on Ray 2.60), so every answer is copied as it arrives, and its views are let go
-    while the store still lives.
-    """
+    """``value`` copied off Ray's object store: Ray ends a driver that drops a view of a dead raylet's store
+    (exit 1, no resume line; Ray 2.60, ``tests/test_object_store.py``), so answers are copied on arrival."""
     return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def owned_answer(done: Future[Any]) -> Future[Any]:
-    """``done``, answered with an ``owned`` copy of its result (an error is passed on as it is)."""
+    """``done`` with an ``owned`` copy of its result (an error passes as it is)."""
     if done.exception() is not None:
         return done
     answer: Future[Any] = Future()
